@@ -1,0 +1,53 @@
+-- acquire: take a reentrant lock, or re-enter it as its current owner.
+--
+-- KEYS[1]  the lock hash: owner field -> reentry count, with a PEXPIRE lease
+-- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL)
+-- KEYS[3]  this request's replay record (lives ARGV[3] ms)
+-- ARGV[1]  owner field "<client-uuid>:<owner-id>"
+-- ARGV[2]  lease in ms (> 0)
+-- ARGV[3]  replay-record lifetime in ms (> 0)
+--
+-- Returns
+--   {1, token, count}  acquired: fresh (count 1, token = new INCR of KEYS[2])
+--                      or re-entered (count > 1, token = the current hold's)
+--   {0, pttl}          held by another owner; pttl is its remaining lease in ms
+--                      (-1 when the key has no TTL)
+--   error "WRONGTYPE <type>" when KEYS[1] is not a hash or KEYS[2] not a string;
+--                      nothing is changed
+--
+-- Side effects: on success HINCRBY of the owner's field, the lease is set
+-- (a re-entry never shortens it), KEYS[3] records the reply. A request whose
+-- record exists already returns the recorded reply and changes nothing, so a
+-- replayed acquire never adds a second reentry.
+
+local rec = redis.call('GET', KEYS[3])
+if rec then
+  local token, count = string.match(rec, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(count)}
+end
+
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE ' .. kind)
+end
+local tkind = redis.call('TYPE', KEYS[2])['ok']
+if tkind ~= 'none' and tkind ~= 'string' then
+  return redis.error_reply('WRONGTYPE ' .. tkind .. ' at the token key')
+end
+
+local token
+local count
+if kind == 'none' then
+  token = redis.call('INCR', KEYS[2])
+  count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  token = tonumber(redis.call('GET', KEYS[2]) or '0')
+  count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+else
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+
+redis.call('SET', KEYS[3], token .. ':' .. count, 'PX', ARGV[3])
+return {1, token, count}

@@ -1,0 +1,312 @@
+//! The client: connections, scripts, the subscriber and the watchdog.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, TcpConfig};
+
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lock::Lock;
+use crate::node::Node;
+use crate::owner::{Owner, Owners};
+use crate::pubsub::PubSub;
+use crate::watchdog::{self, Holds};
+
+/// The default watchdog lease, as in Redisson.
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+/// The default per-call Redis timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+/// The default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Shortest accepted watchdog lease: renewing every lease/3 must leave room
+/// for round trips.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
+/// Longest accepted lease, wait or timeout.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+/// Builds a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build().await` is called"]
+pub struct ClientBuilder {
+    config: std::result::Result<Config, String>,
+    prefix: String,
+    watchdog_lease: Duration,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// Prefix put before every lock name to form its key. Defaults to `""`
+    /// (the key is the lock name, as in Redisson).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks taken without an explicit lease, renewed every lease/3
+    /// while held. Defaults to 30 s; must be within 100 ms ..= 30 days.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Time allowed to each Redis call (one script run, including its retries
+    /// after a broken connection). Defaults to 3 s; must be within
+    /// 1 ms ..= 30 days. A call to an unreachable server fails after it.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Time allowed to open a connection. Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects and returns the client.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an unparsable URL, [`Error::InvalidDuration`]
+    /// for a setting out of range, [`Error::Connection`] when the server
+    /// cannot be reached within the connect timeout, [`Error::Redis`] when it
+    /// refuses us (authentication, permissions).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-built client and its connections.
+    pub async fn build(self) -> Result<Client> {
+        let config = self.config.map_err(Error::Config)?;
+        check_duration("watchdog lease", self.watchdog_lease, MIN_WATCHDOG_LEASE)?;
+        check_duration("command timeout", self.command_timeout, Duration::from_millis(1))?;
+        check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
+        if self.prefix.len() > crate::keys::MAX_NAME_LEN / 2 {
+            return Err(Error::Config("the key prefix is longer than 256 bytes".into()));
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
+
+        let mut builder = Builder::from_config(config);
+        let connect_timeout = self.connect_timeout;
+        let command_timeout = self.command_timeout;
+        builder
+            .with_connection_config(|c| {
+                c.connection_timeout = connect_timeout;
+                c.internal_command_timeout = connect_timeout;
+                // fred replays written commands after a reconnect by default; a
+                // replayed script could apply twice (FRED.md §6). Our own
+                // retries carry request ids instead.
+                c.max_command_attempts = 1;
+                c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
+            })
+            .with_performance_config(|p| {
+                // Without a default timeout fred waits forever on a dead server.
+                p.default_command_timeout = command_timeout;
+                p.broadcast_channel_capacity = 4096;
+            })
+            // Without a policy a dropped connection is never re-opened.
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+        let fred_err = |e: fred::error::Error| Error::from_redis("connect", "", connect_timeout, e);
+        let client = builder.build().map_err(fred_err)?;
+        let sub = builder.build_subscriber_client().map_err(fred_err)?;
+        client.init().await.map_err(fred_err)?;
+        sub.init().await.map_err(fred_err)?;
+
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let node = Node {
+            client,
+            command_timeout,
+            // Long enough to outlive every retry of the call that wrote it
+            // (bounded by the command timeout), with a wide margin.
+            record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
+        };
+        let inner = Arc::new(Inner {
+            owners: Arc::new(Owners::new(uuid.clone())),
+            uuid,
+            node,
+            pubsub: PubSub::new(sub, runtime.clone(), command_timeout),
+            holds: Holds::default(),
+            settings: Settings { prefix: self.prefix, watchdog_lease: self.watchdog_lease, command_timeout },
+            next_request: AtomicU64::new(0),
+            runtime: runtime.clone(),
+        });
+        runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
+        tracing::debug!(client = %inner.uuid, "lockwarden client connected");
+        Ok(Client { inner })
+    }
+}
+
+fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<()> {
+    if value < min {
+        return Err(Error::InvalidDuration { what, value, reason: "below the minimum" });
+    }
+    if value > MAX_DURATION {
+        return Err(Error::InvalidDuration { what, value, reason: "above the maximum of 30 days" });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_lease(value: Duration) -> Result<()> {
+    check_duration("lease", value, Duration::from_millis(1))
+}
+
+pub(crate) fn check_wait(value: Duration) -> Result<()> {
+    if value > MAX_DURATION {
+        return Err(Error::InvalidDuration { what: "wait", value, reason: "above the maximum of 30 days" });
+    }
+    Ok(())
+}
+
+pub(crate) struct Inner {
+    pub(crate) uuid: String,
+    pub(crate) node: Node,
+    pub(crate) pubsub: Arc<PubSub>,
+    pub(crate) owners: Arc<Owners>,
+    pub(crate) holds: Holds,
+    pub(crate) settings: Settings,
+    next_request: AtomicU64,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl Inner {
+    /// A request id, unique across clients (the client uuid) and within this
+    /// client (a counter).
+    pub(crate) fn request_id(&self) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n:x}", self.uuid)
+    }
+
+    /// Where background work (release after drop or cancel) is spawned:
+    /// the current runtime, else the one the client was built on.
+    pub(crate) fn spawner(&self) -> tokio::runtime::Handle {
+        tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let client = self.node.client.clone();
+        let pubsub = self.pubsub.clone();
+        // Closing is async; never block in drop.
+        self.spawner().spawn(async move {
+            let _ = client.quit().await;
+            pubsub.quit().await;
+        });
+    }
+}
+
+/// A connection to one Redis deployment, shared by all its locks.
+///
+/// Cheap to clone (an `Arc`); clones share the connections, the client UUID
+/// that prefixes every owner id, the subscriber and the watchdog. The
+/// watchdog and the connections stop when the last clone and the last guard
+/// are dropped.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("uuid", &self.inner.uuid)
+            .field("prefix", &self.inner.settings.prefix)
+            .field("watchdog_lease", &self.inner.settings.watchdog_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A builder for a client of the server at `url` (`redis://host:port/db`,
+    /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
+    /// The URL is checked by [`ClientBuilder::build`].
+    pub fn builder(url: &str) -> ClientBuilder {
+        Self::builder_from_config_result(Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details())))
+    }
+
+    /// A builder from a fred [`Config`], for settings a URL cannot express
+    /// (TLS connectors, credentials providers). lockwarden still overrides
+    /// the command timeout, reconnect policy and replay settings.
+    pub fn builder_from_config(config: Config) -> ClientBuilder {
+        Self::builder_from_config_result(Ok(config))
+    }
+
+    fn builder_from_config_result(config: std::result::Result<Config, String>) -> ClientBuilder {
+        ClientBuilder {
+            config,
+            prefix: String::new(),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Connects to `url` with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-built client.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Self::builder(url).build().await
+    }
+
+    /// A handle on the lock `name` (the key is the client's prefix + `name`).
+    /// Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for an empty name, one longer than 512 bytes
+    /// with the prefix, one with control characters, or braces that do not
+    /// form one non-empty `{hash tag}`.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
+    }
+
+    /// A new owner, distinct from every task's, to share one hold between
+    /// several tasks (see [`Lock::with_owner`]).
+    pub fn new_owner(&self) -> Owner {
+        self.inner.owners.fresh()
+    }
+
+    /// This client's UUID, the first part of every owner field it writes.
+    pub fn id(&self) -> &str {
+        &self.inner.uuid
+    }
+
+    /// The watchdog lease of this client.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.settings.watchdog_lease
+    }
+
+    /// The underlying fred client, for commands lockwarden does not wrap.
+    pub fn redis(&self) -> &fred::clients::Client {
+        &self.inner.node.client
+    }
+
+    /// How many locks this client holds right now (distinct lock and owner
+    /// pairs, whatever their reentry depth).
+    pub fn held_locks(&self) -> usize {
+        self.inner.holds.len()
+    }
+
+    /// How many lock channels this client is subscribed to or subscribing to
+    /// for its waiters right now.
+    pub fn waiting_channels(&self) -> usize {
+        self.inner.pubsub.active_channels()
+    }
+}

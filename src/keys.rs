@@ -1,0 +1,128 @@
+//! Lock names and the Redis keys derived from them.
+//!
+//! A lock named `N`, with the client's key prefix `P`, lives at the hash
+//! `P N`. Its companion keys and channel share the lock's cluster hash slot:
+//!
+//! | what | key |
+//! |---|---|
+//! | lock hash | `PN` |
+//! | unlock channel | `lockwarden:{PN}:channel` |
+//! | fencing-token counter | `lockwarden:{PN}:token` |
+//! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
+//!
+//! When `PN` already contains a hash tag (`orders{eu}`), the braces are not
+//! added again: `lockwarden:orders{eu}:channel` hashes on `eu` like the lock.
+
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes (prefix included).
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The fixed namespace of every companion key and channel.
+pub const NAMESPACE: &str = "lockwarden";
+
+/// Every Redis key and channel of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The lock name as the user gave it (without prefix).
+    pub name: String,
+    /// The lock hash.
+    pub lock: String,
+    pub channel: String,
+    pub token: String,
+    /// `lockwarden:{PN}:req:`; a request id is appended.
+    pub req_prefix: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<LockKeys> {
+        let invalid = |reason| Error::InvalidName { name: name.chars().take(64).collect(), reason };
+        if name.is_empty() {
+            return Err(invalid("the name is empty"));
+        }
+        let full = format!("{prefix}{name}");
+        if full.len() > MAX_NAME_LEN {
+            return Err(invalid("prefix and name are longer than 512 bytes"));
+        }
+        if full.chars().any(char::is_control) {
+            return Err(invalid("the name contains control characters"));
+        }
+        let base = match hash_tag(&full) {
+            Tag::Some => format!("{NAMESPACE}:{full}"),
+            Tag::None => format!("{NAMESPACE}:{{{full}}}"),
+            Tag::Broken => {
+                return Err(invalid(
+                    "braces must form one non-empty {hash tag}: the lock's companion keys could not share its cluster slot",
+                ))
+            }
+        };
+        Ok(LockKeys {
+            name: name.to_string(),
+            lock: full,
+            channel: format!("{base}:channel"),
+            token: format!("{base}:token"),
+            req_prefix: format!("{base}:req:"),
+        })
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Tag {
+    /// No brace at all: wrap the whole key in braces.
+    None,
+    /// An effective `{tag}` (Redis Cluster rule: first `{`, then the first `}`
+    /// after it, with at least one byte between).
+    Some,
+    /// Braces that are not an effective tag: wrapping would change the slot.
+    Broken,
+}
+
+fn hash_tag(key: &str) -> Tag {
+    match key.find('{') {
+        None if key.contains('}') => Tag::Broken,
+        None => Tag::None,
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => Tag::Some,
+            _ => Tag::Broken,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(key: &str) -> u16 {
+        fred::util::redis_keyslot(key.as_bytes())
+    }
+
+    #[test]
+    fn companions_share_the_lock_slot() {
+        for (prefix, name) in [("", "orders"), ("app:", "orders"), ("", "orders{eu}"), ("", "{eu}x"), ("p{t}:", "n")] {
+            let k = LockKeys::new(prefix, name).unwrap();
+            assert_eq!(slot(&k.lock), slot(&k.channel), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&k.token), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&format!("{}abc", k.req_prefix)), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn layout_is_documented_one() {
+        let k = LockKeys::new("", "orders").unwrap();
+        assert_eq!(k.lock, "orders");
+        assert_eq!(k.channel, "lockwarden:{orders}:channel");
+        assert_eq!(k.token, "lockwarden:{orders}:token");
+        let k = LockKeys::new("", "a{eu}").unwrap();
+        assert_eq!(k.channel, "lockwarden:a{eu}:channel");
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        for bad in ["", "a{}b", "a}b", "a{b", "x\ny"] {
+            assert!(matches!(LockKeys::new("", bad), Err(Error::InvalidName { .. })), "{bad:?}");
+        }
+        assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(LockKeys::new("p:", &"x".repeat(MAX_NAME_LEN - 1)).is_err());
+    }
+}

@@ -1,0 +1,390 @@
+//! The reentrant lock handle and its acquire loop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::client::{check_lease, check_wait, Inner};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::keys::LockKeys;
+use crate::node::{AcquireReply, ReleaseReply};
+use crate::owner::{Owner, OwnerPin, Owners};
+
+/// How long a hold lasts without being renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lease {
+    /// The client's watchdog lease (30 s by default), renewed every lease/3
+    /// until the guard is released or dropped.
+    #[default]
+    Watchdog,
+    /// A fixed lease, never renewed: the lock frees itself when it runs out.
+    Fixed(Duration),
+}
+
+impl From<Duration> for Lease {
+    fn from(d: Duration) -> Lease {
+        Lease::Fixed(d)
+    }
+}
+
+impl From<Option<Duration>> for Lease {
+    /// `None` is the watchdog, `Some(d)` a fixed lease.
+    fn from(d: Option<Duration>) -> Lease {
+        d.map_or(Lease::Watchdog, Lease::Fixed)
+    }
+}
+
+/// A handle on one named reentrant lock.
+///
+/// Cheap to clone; it holds nothing by itself. Holding the lock is what a
+/// [`LockGuard`] represents. By default the owner is the calling tokio task:
+/// `lock()` in a task that holds the lock already re-enters it, and each
+/// guard must then be released. [`Lock::with_owner`] fixes the owner instead.
+#[derive(Clone)]
+pub struct Lock {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) keys: Arc<LockKeys>,
+    owner: Option<Owner>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.keys.name).field("owner", &self.owner).finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>) -> Lock {
+        Lock { inner, keys, owner: None }
+    }
+
+    /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key of the lock hash (prefix + name).
+    pub fn key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    /// The same lock, acquired and inspected as `owner` instead of the
+    /// current task: use the owner of a [`LockGuard`] to re-enter its hold
+    /// from a spawned task, or one from [`Client::new_owner`](crate::Client::new_owner)
+    /// to share a hold across tasks.
+    pub fn with_owner(&self, owner: Owner) -> Lock {
+        Lock { owner: Some(owner), ..self.clone() }
+    }
+
+    /// Acquires the lock, waiting as long as it takes, with the watchdog lease.
+    ///
+    /// Re-enters when the owner holds it already. Waiting is driven by the
+    /// unlock message on the lock's channel, bounded by the holder's
+    /// remaining lease, so a lost message only delays.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors ([`Error::Connection`], [`Error::Timeout`], [`Error::Redis`])
+    /// end the wait; [`Error::WrongType`] when the key holds something else.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point leaves nothing held. An
+    /// attempt already sent runs to completion in the background and, if it
+    /// acquired, is released again.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockwarden::Client) -> lockwarden::Result<()> {
+    /// let lock = client.lock("orders")?;
+    /// let guard = lock.lock().await?;
+    /// // ... critical section; guard.token() fences writes ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        match self.acquire(None, Lease::Watchdog).await? {
+            Some(guard) => Ok(guard),
+            None => unreachable_wait(),
+        }
+    }
+
+    /// Acquires the lock, waiting as long as it takes, with the given lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a fixed lease
+    /// of zero or above 30 days.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: impl Into<Lease>) -> Result<LockGuard> {
+        match self.acquire(None, lease.into()).await? {
+            Some(guard) => Ok(guard),
+            None => unreachable_wait(),
+        }
+    }
+
+    /// Tries to acquire the lock within `wait` (zero: one attempt).
+    ///
+    /// `lease` is [`Lease::Watchdog`] (or `None`) for a renewed hold, or a
+    /// fixed lease (`Duration`, `Some(Duration)`, [`Lease::Fixed`]) that is
+    /// never renewed. Returns `Ok(None)` when another owner keeps the lock
+    /// for the whole wait: contention is not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidDuration`] for a wait above 30 days or a fixed lease of
+    /// zero or above 30 days (nothing is sent); otherwise as [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(client: lockwarden::Client) -> lockwarden::Result<()> {
+    /// let lock = client.lock("nightly-report")?;
+    /// match lock.try_lock(Duration::from_secs(2), Duration::from_secs(60)).await? {
+    ///     Some(guard) => { /* ... */ guard.unlock().await? }
+    ///     None => println!("someone else is running the report"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self, wait: Duration, lease: impl Into<Lease>) -> Result<Option<LockGuard>> {
+        check_wait(wait)?;
+        self.acquire(Some(wait), lease.into()).await
+    }
+
+    /// How many times the owner (the current task, or the one set with
+    /// [`Lock::with_owner`]) holds this lock: 0 when it does not.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors; [`Error::WrongType`] when the key is not a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<u64> {
+        match self.current_owner() {
+            Some(owner) => self.inner.node.hold_count(&self.keys, &owner.field).await,
+            None => Ok(0),
+        }
+    }
+
+    /// Whether the owner (the current task, or the one set with
+    /// [`Lock::with_owner`]) holds this lock, as Redis sees it now.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::hold_count`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// Whether anyone holds this lock.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors; [`Error::WrongType`] when the key is not a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.inner.node.is_locked(&self.keys).await
+    }
+
+    /// The holder's remaining lease: `None` when the lock is free,
+    /// `Some(Duration::MAX)` when the key has no expiry (a leaked lock).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        Ok(match self.inner.node.pttl(&self.keys).await? {
+            -2 => None,
+            -1 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// Releases one level held by this handle's owner (the current task, or
+    /// the one set with [`Lock::with_owner`]) without its guard, as
+    /// Redisson's `unlock()` does. Prefer [`LockGuard::unlock`]; this is for
+    /// code that acts as an owner from elsewhere. A guard of the hold that is
+    /// released later gives up its level without releasing another one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when this owner does not hold the lock (a
+    /// non-owner, or a lease that ran out): nothing is changed. Redis errors
+    /// otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release runs in its own task and completes even if this future is
+    /// dropped.
+    pub async fn unlock(&self) -> Result<()> {
+        let Some(owner) = self.current_owner() else {
+            return Err(Error::NotHeld { name: self.keys.name.clone() });
+        };
+        let hold = self.inner.holds.find(&self.keys.lock, &owner.field);
+        if let Some(h) = &hold {
+            self.inner.holds.released_elsewhere(h, 1);
+        }
+        let inner = self.inner.clone();
+        let keys = self.keys.clone();
+        let task = self.inner.spawner().spawn(async move {
+            let request = inner.request_id();
+            let res = inner.node.release(&keys, &owner.field, Duration::ZERO, &request).await;
+            if let (Some(h), Ok(ReleaseReply::NotHeld) | Err(_)) = (&hold, &res) {
+                inner.holds.released_elsewhere(h, -1);
+            }
+            match res? {
+                ReleaseReply::NotHeld => Err(Error::NotHeld { name: keys.name.clone() }),
+                _ => Ok(()),
+            }
+        });
+        task.await.map_err(|_| Error::Connection { op: "release", message: "the runtime dropped the release task".into() })?
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. Returns
+    /// whether there was a lock to delete. The fencing counter is kept, so
+    /// the next holder still gets a larger token. Holders find out at their
+    /// next renewal (watchdog) or unlock ([`Error::NotHeld`]).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors; [`Error::WrongType`] when the key is not a lock (it is
+    /// left untouched).
+    ///
+    /// # Cancel safety
+    ///
+    /// The script may or may not have run when the future is dropped.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.inner.node.force_unlock(&self.keys).await
+    }
+
+    fn current_owner(&self) -> Option<Owner> {
+        self.owner.clone().or_else(|| self.inner.owners.peek_current())
+    }
+
+    fn pin(&self) -> OwnerPin {
+        match &self.owner {
+            Some(owner) => Owners::pin_explicit(owner.clone()),
+            None => self.inner.owners.pin_current(),
+        }
+    }
+
+    /// The acquire loop of DESIGN.md §3. `wait: None` waits forever.
+    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
+        if let Lease::Fixed(d) = lease {
+            check_lease(d)?;
+        }
+        let deadline = wait.map(|w| Instant::now() + w);
+        let pin = self.pin();
+        // First attempt without subscribing: the uncontended path is a
+        // single script call.
+        if let Ok(guard) = self.attempt(&pin, lease).await? {
+            return Ok(Some(guard));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let interest = self.inner.pubsub.interest(&self.keys.channel);
+        interest.ready().await?;
+        loop {
+            // Registered before the attempt: an unlock landing between the
+            // attempt and the sleep still wakes us. (The first attempt above
+            // ran before the subscription existed, so it is not enough.)
+            let notified = interest.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let pttl = match self.attempt(&pin, lease).await? {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(p) => p,
+            };
+            let mut sleep = sleep_hint(pttl);
+            if let Some(d) = deadline {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(None);
+                }
+                sleep = sleep.min(d - now);
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// One acquire script call, run in its own task: if this future is
+    /// dropped mid-call, the task still learns the outcome and releases what
+    /// it acquired. Returns the guard, or the holder's PTTL.
+    async fn attempt(&self, pin: &OwnerPin, lease: Lease) -> Result<std::result::Result<LockGuard, i64>> {
+        let inner = self.inner.clone();
+        let keys = self.keys.clone();
+        let field = pin.owner.field.clone();
+        let lease_ms = match lease {
+            Lease::Watchdog => inner.settings.watchdog_lease,
+            Lease::Fixed(d) => d,
+        };
+        let request = inner.request_id();
+        let sent_at = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        let task_pin = pin.duplicate();
+        let spawner = inner.spawner();
+        spawner.spawn(async move {
+            let res = inner.node.acquire(&keys, &field, lease_ms, &request).await;
+            if let Err(Ok(AcquireReply::Acquired { .. })) = tx.send(res) {
+                // The caller is gone: undo the level it would have owned.
+                let undo = inner.request_id();
+                if let Err(e) = inner.node.release(&keys, &field, Duration::ZERO, &undo).await {
+                    tracing::warn!(lock = %keys.name, error = %e, "releasing the lock of a cancelled acquire failed; its lease bounds it");
+                }
+            }
+            drop(task_pin);
+        });
+        let reply = rx.await.map_err(|_| Error::Connection {
+            op: "acquire",
+            message: "the runtime dropped the acquire task".into(),
+        })??;
+        Ok(match reply {
+            AcquireReply::Acquired { token, count } => {
+                Ok(LockGuard::new(self.inner.clone(), self.keys.clone(), pin.duplicate(), token, count, lease, sent_at))
+            }
+            AcquireReply::Held { pttl } => Err(pttl),
+        })
+    }
+}
+
+/// How long to sleep when the holder has `pttl` ms of lease left.
+fn sleep_hint(pttl: i64) -> Duration {
+    match pttl {
+        // A key without expiry (leaked by a tool or a bug): re-check now and then.
+        -1 => Duration::from_secs(1),
+        p if p <= 0 => Duration::from_millis(1),
+        p => Duration::from_millis(p as u64 + 1),
+    }
+}
+
+fn unreachable_wait() -> Result<LockGuard> {
+    Err(Error::Config("an unbounded wait ended without a lock (a lockwarden bug)".into()))
+}

@@ -1,0 +1,212 @@
+//! One Redis deployment: its command connection and the lock scripts.
+//!
+//! This is the raw lock: acquire, release, renew and force-unlock on one
+//! node, with no local bookkeeping. The safe guard types are built on it.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use fred::prelude::{Client as FredClient, ClientLike, KeysInterface, HashesInterface};
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
+
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+
+/// A Lua script from `lua/` with its SHA1.
+pub(crate) struct Script {
+    pub(crate) op: &'static str,
+    src: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(op: &'static str, src: &'static str) -> Script {
+        Script { op, src, sha: fred::util::sha1_hash(src) }
+    }
+}
+
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", include_str!("../lua/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new("release", include_str!("../lua/release.lua")));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../lua/renew.lua")));
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
+
+/// What one acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Held now by the caller's owner, at this reentry depth.
+    Acquired { token: u64, count: u64 },
+    /// Held by another owner; its remaining lease in ms (-1: no TTL).
+    Held { pttl: i64 },
+}
+
+/// What one release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    Released,
+    StillHeld(u64),
+    NotHeld,
+}
+
+/// The message published on a lock's channel when it becomes free.
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub(crate) client: FredClient,
+    pub(crate) command_timeout: Duration,
+    /// How long a request's replay record lives on the server.
+    pub(crate) record_ttl: Duration,
+}
+
+impl Node {
+    /// Runs a script with EVALSHA, falling back to EVAL on NOSCRIPT (which
+    /// means the script did not run, and caches it again).
+    ///
+    /// Every attempt carries `max_attempts = 1`, so fred never writes it twice
+    /// by itself. Attempts are repeated after a broken connection only while
+    /// `deadline` allows: callers pass scripts whose replays are harmless
+    /// (request records, or idempotent effects).
+    async fn run<R: FromValue>(&self, script: &Script, keys: &[&str], args: Vec<Value>, timeout: Duration) -> Result<R> {
+        let deadline = Instant::now() + timeout;
+        let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        argv.push(script.sha.as_str().into());
+        argv.push((keys.len() as i64).into());
+        argv.extend(keys.iter().map(|k| Value::from(*k)));
+        argv.extend(args);
+        let mut backoff = Duration::from_millis(10);
+        let mut use_eval = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { op: script.op, timeout });
+            }
+            let opts = Options { max_attempts: Some(1), timeout: Some(left), ..Default::default() };
+            let cmd = if use_eval {
+                argv[0] = script.src.into();
+                CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false)
+            } else {
+                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false)
+            };
+            match self.client.with_options(&opts).custom::<R, Value>(cmd, argv.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) if !use_eval && e.details().starts_with("NOSCRIPT") => {
+                    tracing::debug!(op = script.op, "script cache empty (NOSCRIPT), sending the script");
+                    use_eval = true;
+                }
+                Err(e) => {
+                    let err = Error::from_redis(script.op, keys.first().copied().unwrap_or(""), timeout, e);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if !matches!(err, Error::Connection { .. }) || left <= backoff {
+                        return Err(err);
+                    }
+                    tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    /// One acquire attempt for `owner` with a lease of `lease`. `request`
+    /// identifies the logical attempt: a replay of it acquires nothing more.
+    pub(crate) async fn acquire(&self, keys: &LockKeys, owner: &str, lease: Duration, request: &str) -> Result<AcquireReply> {
+        let rec = format!("{}{request}", keys.req_prefix);
+        let reply: Vec<i64> = self
+            .run(
+                &ACQUIRE,
+                &[&keys.lock, &keys.token, &rec],
+                vec![owner.into(), ms(lease).into(), ms(self.record_ttl).into()],
+                self.command_timeout,
+            )
+            .await?;
+        match reply.as_slice() {
+            [1, token, count] => Ok(AcquireReply::Acquired { token: *token as u64, count: *count as u64 }),
+            [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
+            other => Err(unexpected("acquire", other)),
+        }
+    }
+
+    /// Leaves one level of `owner`'s hold. `relet` is re-applied as the lease
+    /// while levels remain (zero leaves the TTL alone).
+    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str, relet: Duration, request: &str) -> Result<ReleaseReply> {
+        let rec = format!("{}{request}", keys.req_prefix);
+        let reply: i64 = self
+            .run(
+                &RELEASE,
+                &[&keys.lock, &keys.channel, &rec],
+                vec![owner.into(), ms(relet).into(), ms(self.record_ttl).into(), UNLOCK_MESSAGE.into()],
+                self.command_timeout,
+            )
+            .await?;
+        Ok(match reply {
+            0 => ReleaseReply::Released,
+            n if n > 0 => ReleaseReply::StillHeld(n as u64),
+            _ => ReleaseReply::NotHeld,
+        })
+    }
+
+    /// Extends the lease of each `(lock key, owner)` whose owner field still
+    /// exists. All keys must be in one cluster slot. One flag per pair.
+    pub(crate) async fn renew(&self, pairs: &[(&str, &str)], lease: Duration, timeout: Duration) -> Result<Vec<bool>> {
+        let keys: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+        let mut args: Vec<Value> = Vec::with_capacity(pairs.len() + 1);
+        args.push(ms(lease).into());
+        args.extend(pairs.iter().map(|p| Value::from(p.1)));
+        let reply: Vec<i64> = self.run(&RENEW, &keys, args, timeout).await?;
+        if reply.len() != pairs.len() {
+            return Err(unexpected("renew", &reply));
+        }
+        Ok(reply.into_iter().map(|r| r == 1).collect())
+    }
+
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
+        let reply: i64 = self
+            .run(&FORCE_UNLOCK, &[&keys.lock, &keys.channel], vec![UNLOCK_MESSAGE.into()], self.command_timeout)
+            .await?;
+        Ok(reply == 1)
+    }
+
+    pub(crate) async fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u64> {
+        let n: Option<u64> = self
+            .client
+            .hget(&keys.lock, owner)
+            .await
+            .map_err(|e| Error::from_redis("hold_count", &keys.lock, self.command_timeout, e))?;
+        Ok(n.unwrap_or(0))
+    }
+
+    pub(crate) async fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
+        let kind: String = self
+            .client
+            .custom(CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false), vec![keys.lock.as_str()])
+            .await
+            .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
+        match kind.as_str() {
+            "none" => Ok(false),
+            "hash" => Ok(true),
+            other => Err(Error::WrongType { key: keys.lock.clone(), found: other.to_string() }),
+        }
+    }
+
+    /// The lock's remaining lease in ms as PTTL reports it (-2 absent, -1 no TTL).
+    pub(crate) async fn pttl(&self, keys: &LockKeys) -> Result<i64> {
+        self.client
+            .pttl(&keys.lock)
+            .await
+            .map_err(|e| Error::from_redis("remaining_lease", &keys.lock, self.command_timeout, e))
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+fn unexpected(op: &'static str, reply: &[i64]) -> Error {
+    Error::Redis {
+        op,
+        kind: crate::error::RedisErrorKind::Other,
+        message: format!("unexpected script reply {reply:?}"),
+    }
+}

@@ -1,0 +1,229 @@
+//! Waking waiters without polling: one shared subscription per lock channel.
+//!
+//! Waiters register interest in a channel before the attempt that precedes
+//! their sleep; the first interest subscribes, the last one to leave
+//! unsubscribes. Messages are dispatched to a [`Notify`] per channel. A
+//! lagging message stream or a reconnect wakes every waiter so it re-checks,
+//! and waiters always bound their sleep by the holder's lease, so a lost
+//! message only delays them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use fred::clients::SubscriberClient;
+use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use parking_lot::Mutex;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+
+pub(crate) struct Channel {
+    notify: Notify,
+    subscribed: AtomicBool,
+}
+
+struct Entry {
+    refs: usize,
+    chan: Arc<Channel>,
+}
+
+pub(crate) struct PubSub {
+    sub: SubscriberClient,
+    channels: Mutex<HashMap<String, Entry>>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE so the server sees them in the order
+    /// the reference counts changed.
+    serial: tokio::sync::Mutex<()>,
+    runtime: tokio::runtime::Handle,
+    timeout: std::time::Duration,
+}
+
+impl PubSub {
+    pub(crate) fn new(sub: SubscriberClient, runtime: tokio::runtime::Handle, timeout: std::time::Duration) -> Arc<PubSub> {
+        let ps = Arc::new(PubSub {
+            sub,
+            channels: Mutex::new(HashMap::new()),
+            serial: tokio::sync::Mutex::new(()),
+            runtime,
+            timeout,
+        });
+        let weak = Arc::downgrade(&ps);
+        let messages = ps.sub.message_rx();
+        let reconnects = ps.sub.reconnect_rx();
+        ps.runtime.spawn(listen(weak, messages, reconnects));
+        ps
+    }
+
+    /// Registers interest in `channel`. Subscribing happens in
+    /// [`Interest::ready`].
+    pub(crate) fn interest(self: &Arc<Self>, channel: &str) -> Interest {
+        let mut map = self.channels.lock();
+        let entry = map.entry(channel.to_string()).or_insert_with(|| Entry {
+            refs: 0,
+            chan: Arc::new(Channel { notify: Notify::new(), subscribed: AtomicBool::new(false) }),
+        });
+        entry.refs += 1;
+        Interest { ps: self.clone(), name: channel.to_string(), chan: entry.chan.clone() }
+    }
+
+    /// How many channels have waiters (for tests and metrics).
+    pub(crate) fn active_channels(&self) -> usize {
+        self.channels.lock().len()
+    }
+
+    fn wake_all(&self) {
+        for e in self.channels.lock().values() {
+            e.chan.notify.notify_waiters();
+        }
+    }
+
+    async fn subscribe(&self, name: &str, chan: &Channel) -> Result<()> {
+        if chan.subscribed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _serial = self.serial.lock().await;
+        if chan.subscribed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let map_err = |e| Error::from_redis("subscribe", name, self.timeout, e);
+        self.sub.subscribe(name).await.map_err(map_err)?;
+        // fred does not wait for the server to confirm SUBSCRIBE. A PING on the
+        // same connection is answered after it, so once it returns, every later
+        // unlock message reaches us.
+        let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
+        let _: Value = tokio::time::timeout(self.timeout, self.sub.custom(ping, Vec::<Value>::new()))
+            .await
+            .map_err(|_| Error::Timeout { op: "subscribe", timeout: self.timeout })?
+            .map_err(map_err)?;
+        chan.subscribed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Unsubscribes `name` if nobody registered interest since the last
+    /// interest left.
+    async fn cleanup(self: Arc<Self>, name: String) {
+        let _serial = self.serial.lock().await;
+        let was_subscribed = {
+            let map = self.channels.lock();
+            match map.get(&name) {
+                // Cleared under the map lock, so a newcomer re-subscribes
+                // (after us, thanks to `serial`) instead of trusting the flag.
+                Some(e) if e.refs == 0 => e.chan.subscribed.swap(false, Ordering::AcqRel),
+                _ => return,
+            }
+        };
+        if was_subscribed {
+            if let Err(e) = self.sub.unsubscribe(name.as_str()).await {
+                tracing::debug!(channel = %name, error = %e, "unsubscribe failed");
+            }
+        }
+        let mut map = self.channels.lock();
+        if map.get(&name).is_some_and(|e| e.refs == 0) {
+            map.remove(&name);
+        }
+    }
+
+    async fn resubscribe(&self) {
+        let _serial = self.serial.lock().await;
+        let names: Vec<String> = self
+            .channels
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.chan.subscribed.load(Ordering::Acquire))
+            .map(|(n, _)| n.clone())
+            .collect();
+        // Never an empty SUBSCRIBE: the server's error would be matched to an
+        // unrelated command (FRED.md §3).
+        if !names.is_empty() {
+            if let Err(e) = self.sub.subscribe(names).await {
+                tracing::warn!(error = %e, "resubscribing after a reconnect failed; waiters fall back to lease timeouts");
+            }
+        }
+    }
+
+    pub(crate) async fn quit(&self) {
+        let _ = self.sub.quit().await;
+    }
+}
+
+async fn listen(
+    ps: Weak<PubSub>,
+    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    mut reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+) {
+    loop {
+        tokio::select! {
+            m = messages.recv() => {
+                let Some(ps) = ps.upgrade() else { return };
+                match m {
+                    Ok(msg) => {
+                        if let Some(e) = ps.channels.lock().get(&*msg.channel) {
+                            e.chan.notify.notify_waiters();
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(missed = n, "unlock messages lagged; waking every waiter");
+                        ps.wake_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+            r = reconnects.recv() => {
+                let Some(ps) = ps.upgrade() else { return };
+                match r {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        ps.resubscribe().await;
+                        // Messages may have been missed while disconnected.
+                        ps.wake_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+}
+
+/// One waiter's registration on a channel; dropping it leaves.
+pub(crate) struct Interest {
+    ps: Arc<PubSub>,
+    name: String,
+    chan: Arc<Channel>,
+}
+
+impl Interest {
+    /// Subscribes the channel if it is not yet (confirmed by the server).
+    pub(crate) async fn ready(&self) -> Result<()> {
+        self.ps.subscribe(&self.name, &self.chan).await
+    }
+
+    /// A wake-up for the next message; call `enable()` on it before the
+    /// attempt it guards.
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.chan.notify.notified()
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let last = {
+            let mut map = self.ps.channels.lock();
+            match map.get_mut(&self.name) {
+                Some(e) => {
+                    e.refs -= 1;
+                    e.refs == 0
+                }
+                None => false,
+            }
+        };
+        if last {
+            let ps = self.ps.clone();
+            let name = std::mem::take(&mut self.name);
+            // Spawning never blocks; with the runtime gone the connection is
+            // gone too, and so is the subscription.
+            let handle = tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.ps.runtime.clone());
+            handle.spawn(ps.cleanup(name));
+        }
+    }
+}

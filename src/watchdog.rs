@@ -1,0 +1,248 @@
+//! Holds and the watchdog: one scheduler per client renews every watched hold.
+//!
+//! Each tick (every lease/3) renews all holds that have at least one
+//! watchdog guard, batched per cluster slot in calls of at most
+//! [`BATCH`] keys. A reply saying the owner field is gone marks the hold lost
+//! at once; renewal errors are retried on the next ticks until the lease must
+//! have run out since the last confirmed renewal, then the hold is lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::client::Inner;
+
+/// Most keys renewed by one script call.
+pub(crate) const BATCH: usize = 100;
+
+/// Why a hold was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Renewal found the owner's field gone: the key was deleted,
+    /// force-unlocked, flushed or expired.
+    Gone,
+    /// Renewals failed (timeouts, disconnects) until the lease must have run
+    /// out without a confirmed renewal.
+    RenewalFailed,
+    /// A fixed lease ran out (no watchdog renews it).
+    LeaseExpired,
+    /// An unlock found the lock no longer held by this owner.
+    NotHeld,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::Gone => "the lock key or the owner's field is gone",
+            LossReason::RenewalFailed => "renewals failed until the lease ran out",
+            LossReason::LeaseExpired => "the fixed lease ran out",
+            LossReason::NotHeld => "an unlock found the lock no longer held",
+        })
+    }
+}
+
+/// The state one owner's hold of one lock shares among its guards.
+pub(crate) struct Hold {
+    pub(crate) lock_key: String,
+    pub(crate) owner_field: Arc<str>,
+    pub(crate) token: u64,
+    lost: watch::Sender<Option<LossReason>>,
+    state: Mutex<HoldState>,
+    /// When the latest confirmed lease extension was sent, as ms since `epoch`.
+    confirmed_ms: AtomicU64,
+    epoch: Instant,
+}
+
+#[derive(Default)]
+struct HoldState {
+    guards: usize,
+    watchdog_guards: usize,
+    /// Levels released through `Lock::unlock` whose guards still exist: the
+    /// next guards to go release nothing on the server.
+    released_elsewhere: usize,
+}
+
+impl Hold {
+    fn new(lock_key: String, owner_field: Arc<str>, token: u64, sent_at: Instant) -> Hold {
+        Hold {
+            lock_key,
+            owner_field,
+            token,
+            lost: watch::channel(None).0,
+            state: Mutex::new(HoldState::default()),
+            confirmed_ms: AtomicU64::new(0),
+            epoch: sent_at,
+        }
+    }
+
+    pub(crate) fn mark_lost(&self, why: LossReason) {
+        self.lost.send_if_modified(|l| {
+            if l.is_none() {
+                *l = Some(why);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LossReason> {
+        *self.lost.borrow()
+    }
+
+    pub(crate) fn subscribe_lost(&self) -> watch::Receiver<Option<LossReason>> {
+        self.lost.subscribe()
+    }
+
+    pub(crate) fn is_watched(&self) -> bool {
+        self.state.lock().watchdog_guards > 0
+    }
+
+    fn confirm(&self, sent_at: Instant) {
+        let ms = sent_at.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.confirmed_ms.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    fn last_confirmed(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.confirmed_ms.load(Ordering::Acquire))
+    }
+}
+
+/// Every live hold of a client, by (lock key, owner field).
+#[derive(Default)]
+pub(crate) struct Holds {
+    map: Mutex<HashMap<(String, Arc<str>), Arc<Hold>>>,
+}
+
+impl Holds {
+    /// Records one more guard on the hold an acquisition returned. A reply
+    /// with another token than the known hold means that hold ended (lost)
+    /// and this is a fresh one.
+    pub(crate) fn enter(&self, lock_key: &str, owner_field: &Arc<str>, token: u64, watchdog: bool, sent_at: Instant) -> Arc<Hold> {
+        let mut map = self.map.lock();
+        let key = (lock_key.to_string(), owner_field.clone());
+        let hold = match map.get(&key) {
+            Some(h) if h.token == token && h.lost_reason().is_none() => h.clone(),
+            old => {
+                if let Some(old) = old {
+                    old.mark_lost(LossReason::Gone);
+                }
+                let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), token, sent_at));
+                map.insert(key, h.clone());
+                h
+            }
+        };
+        let mut st = hold.state.lock();
+        st.guards += 1;
+        if watchdog {
+            st.watchdog_guards += 1;
+        }
+        drop(st);
+        hold
+    }
+
+    /// The live hold of `owner_field` on `lock_key`, if any.
+    pub(crate) fn find(&self, lock_key: &str, owner_field: &Arc<str>) -> Option<Arc<Hold>> {
+        self.map.lock().get(&(lock_key.to_string(), owner_field.clone())).cloned()
+    }
+
+    /// Notes that one level of `hold` was released without its guard.
+    pub(crate) fn released_elsewhere(&self, hold: &Hold, levels: isize) {
+        let mut st = hold.state.lock();
+        st.released_elsewhere = st.released_elsewhere.saturating_add_signed(levels);
+    }
+
+    /// Removes one guard. Returns whether watchdog guards remain on the hold,
+    /// and whether the guard's level must still be released on the server.
+    /// The last guard forgets the hold, which stops its renewal at once.
+    pub(crate) fn leave(&self, hold: &Arc<Hold>, watchdog: bool) -> (bool, bool) {
+        let mut map = self.map.lock();
+        let mut st = hold.state.lock();
+        let release = st.released_elsewhere == 0;
+        if !release {
+            st.released_elsewhere -= 1;
+        }
+        st.guards = st.guards.saturating_sub(1);
+        if watchdog {
+            st.watchdog_guards = st.watchdog_guards.saturating_sub(1);
+        }
+        if st.guards == 0 {
+            let key = (hold.lock_key.clone(), hold.owner_field.clone());
+            if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
+                map.remove(&key);
+            }
+        }
+        (st.watchdog_guards > 0, release)
+    }
+
+    fn watched(&self) -> Vec<Arc<Hold>> {
+        self.map.lock().values().filter(|h| h.lost_reason().is_none() && h.is_watched()).cloned().collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+/// The watchdog task: runs until the client is gone.
+pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        tick(&inner).await;
+    }
+}
+
+/// Renews every watched hold once.
+pub(crate) async fn tick(inner: &Inner) {
+    let holds = inner.holds.watched();
+    if holds.is_empty() {
+        return;
+    }
+    let lease = inner.settings.watchdog_lease;
+    // A renewal call must not outlive its period, or ticks pile up.
+    let timeout = inner.settings.command_timeout.min(lease / 3).max(Duration::from_millis(1));
+    let clustered = fred::prelude::ClientLike::is_clustered(&inner.node.client);
+    let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
+    for h in holds {
+        let slot = if clustered { fred::util::redis_keyslot(h.lock_key.as_bytes()) } else { 0 };
+        groups.entry(slot).or_default().push(h);
+    }
+    let batches = groups.into_values().flat_map(|g| g.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>());
+    join_all(batches.map(|batch| async move {
+        let sent_at = Instant::now();
+        let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (h.lock_key.as_str(), &*h.owner_field)).collect();
+        match inner.node.renew(&pairs, lease, timeout).await {
+            Ok(flags) => {
+                tracing::trace!(size = batch.len(), "renewal batch done");
+                for (h, ok) in batch.iter().zip(flags) {
+                    if ok {
+                        h.confirm(sent_at);
+                    } else {
+                        tracing::warn!(lock = %h.lock_key, "lock lost: its owner field is gone");
+                        h.mark_lost(LossReason::Gone);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(size = batch.len(), error = %e, "renewal batch failed, retrying next tick");
+                let now = Instant::now();
+                for h in &batch {
+                    if now >= h.last_confirmed() + lease {
+                        tracing::warn!(lock = %h.lock_key, "lock lost: no renewal confirmed within its lease");
+                        h.mark_lost(LossReason::RenewalFailed);
+                    }
+                }
+            }
+        }
+    }))
+    .await;
+}
