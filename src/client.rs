@@ -107,7 +107,10 @@ impl ClientBuilder {
                 // replayed script could apply twice (FRED.md §6). Our own
                 // retries carry request ids instead.
                 c.max_command_attempts = 1;
-                c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
+                c.tcp = TcpConfig {
+                    nodelay: Some(true),
+                    ..Default::default()
+                };
             })
             .with_performance_config(|p| {
                 // Without a default timeout fred waits forever on a dead server.
@@ -136,7 +139,11 @@ impl ClientBuilder {
             node,
             pubsub: PubSub::new(sub, runtime.clone(), command_timeout),
             holds: Holds::default(),
-            settings: Settings { prefix: self.prefix, watchdog_lease: self.watchdog_lease, command_timeout },
+            settings: Settings {
+                prefix: self.prefix,
+                watchdog_lease: self.watchdog_lease,
+                command_timeout,
+            },
             next_request: AtomicU64::new(0),
             runtime: runtime.clone(),
         });
@@ -148,10 +155,18 @@ impl ClientBuilder {
 
 fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<()> {
     if value < min {
-        return Err(Error::InvalidDuration { what, value, reason: "below the minimum" });
+        return Err(Error::InvalidDuration {
+            what,
+            value,
+            reason: "below the minimum",
+        });
     }
     if value > MAX_DURATION {
-        return Err(Error::InvalidDuration { what, value, reason: "above the maximum of 30 days" });
+        return Err(Error::InvalidDuration {
+            what,
+            value,
+            reason: "above the maximum of 30 days",
+        });
     }
     Ok(())
 }
@@ -162,7 +177,11 @@ pub(crate) fn check_lease(value: Duration) -> Result<()> {
 
 pub(crate) fn check_wait(value: Duration) -> Result<()> {
     if value > MAX_DURATION {
-        return Err(Error::InvalidDuration { what: "wait", value, reason: "above the maximum of 30 days" });
+        return Err(Error::InvalidDuration {
+            what: "wait",
+            value,
+            reason: "above the maximum of 30 days",
+        });
     }
     Ok(())
 }
@@ -231,7 +250,9 @@ impl Client {
     /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
     /// The URL is checked by [`ClientBuilder::build`].
     pub fn builder(url: &str) -> ClientBuilder {
-        Self::builder_from_config_result(Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details())))
+        Self::builder_from_config_result(
+            Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details())),
+        )
     }
 
     /// A builder from a fred [`Config`], for settings a URL cannot express

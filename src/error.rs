@@ -110,10 +110,7 @@ impl Error {
             Error::Connection { .. } | Error::Timeout { .. } => true,
             Error::Redis { kind, .. } => matches!(
                 kind,
-                RedisErrorKind::ReadOnly
-                    | RedisErrorKind::OutOfMemory
-                    | RedisErrorKind::Busy
-                    | RedisErrorKind::Cluster
+                RedisErrorKind::ReadOnly | RedisErrorKind::OutOfMemory | RedisErrorKind::Busy | RedisErrorKind::Cluster
             ),
             _ => false,
         }
@@ -130,8 +127,15 @@ impl Error {
         let details = e.details().to_string();
         if let Some(found) = details.strip_prefix("WRONGTYPE") {
             let found = found.trim();
-            let found = if found.is_empty() { "another type".to_string() } else { found.to_string() };
-            return Error::WrongType { key: key.to_string(), found };
+            let found = if found.is_empty() {
+                "another type".to_string()
+            } else {
+                found.to_string()
+            };
+            return Error::WrongType {
+                key: key.to_string(),
+                found,
+            };
         }
         let kind = match e.kind() {
             K::IO | K::Canceled => return Error::Connection { op, message: details },
@@ -141,7 +145,11 @@ impl Error {
             K::Cluster | K::Routing => RedisErrorKind::Cluster,
             _ => classify(&details),
         };
-        Error::Redis { op, kind, message: details }
+        Error::Redis {
+            op,
+            kind,
+            message: details,
+        }
     }
 }
 

@@ -52,13 +52,23 @@ impl LockGuard {
         sent_at: Instant,
     ) -> LockGuard {
         let watchdog = lease == Lease::Watchdog;
-        let hold = inner.holds.enter(&keys.lock, &pin.owner.field, token, watchdog, sent_at);
+        let hold = inner
+            .holds
+            .enter(&keys.lock, &pin.owner.field, token, watchdog, sent_at);
         let expires_at = match lease {
             Lease::Fixed(d) => Some(sent_at + d),
             Lease::Watchdog => None,
         };
         tracing::trace!(lock = %keys.name, token, depth, "acquired");
-        LockGuard { inner, keys, hold, pin: Some(pin), lease, expires_at, depth }
+        LockGuard {
+            inner,
+            keys,
+            hold,
+            pin: Some(pin),
+            lease,
+            expires_at,
+            depth,
+        }
     }
 
     /// The fencing token of this hold: strictly greater than every token
@@ -131,12 +141,15 @@ impl LockGuard {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            r = rx.wait_for(Option::is_some) => match r {
-                Ok(reason) => reason.unwrap_or(LossReason::Gone),
+        let signalled = async {
+            match rx.wait_for(Option::is_some).await.map(|r| *r) {
+                Ok(Some(reason)) => reason,
                 // The sender lives in the hold, which this guard keeps alive.
-                Err(_) => std::future::pending().await,
-            },
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reason = signalled => reason,
             _ = expiry => LossReason::LeaseExpired,
         }
     }
@@ -158,7 +171,10 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         match self.release().await {
             Ok(r) => r,
-            Err(_) => Err(Error::Connection { op: "release", message: "the runtime dropped the release task".into() }),
+            Err(_) => Err(Error::Connection {
+                op: "release",
+                message: "the runtime dropped the release task".into(),
+            }),
         }
     }
 
@@ -167,7 +183,11 @@ impl LockGuard {
         let watchdog = self.lease == Lease::Watchdog;
         let (still_watched, must_release) = self.inner.holds.leave(&self.hold, watchdog);
         // A level released under a renewed hold gives the rest a full lease.
-        let relet = if still_watched { self.inner.settings.watchdog_lease } else { Duration::ZERO };
+        let relet = if still_watched {
+            self.inner.settings.watchdog_lease
+        } else {
+            Duration::ZERO
+        };
         let inner = self.inner.clone();
         let keys = self.keys.clone();
         let hold = self.hold.clone();
@@ -191,7 +211,9 @@ impl LockGuard {
                 }
                 Ok(ReleaseReply::NotHeld) => {
                     hold.mark_lost(LossReason::NotHeld);
-                    Err(Error::NotHeld { name: keys.name.clone() })
+                    Err(Error::NotHeld {
+                        name: keys.name.clone(),
+                    })
                 }
                 Err(e) => {
                     tracing::debug!(lock = %keys.name, error = %e, "release failed; the lease bounds the hold");
@@ -214,5 +236,8 @@ impl Drop for LockGuard {
 
 fn unreachable_owner() -> Owner {
     // `pin` is only taken by `unlock`, which consumes the guard.
-    Owner { id: 0, field: Arc::from("") }
+    Owner {
+        id: 0,
+        field: Arc::from(""),
+    }
 }

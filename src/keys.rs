@@ -36,7 +36,10 @@ pub(crate) struct LockKeys {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<LockKeys> {
-        let invalid = |reason| Error::InvalidName { name: name.chars().take(64).collect(), reason };
+        let invalid = |reason| Error::InvalidName {
+            name: name.chars().take(64).collect(),
+            reason,
+        };
         if name.is_empty() {
             return Err(invalid("the name is empty"));
         }
@@ -50,11 +53,9 @@ impl LockKeys {
         let base = match hash_tag(&full) {
             Tag::Some => format!("{NAMESPACE}:{full}"),
             Tag::None => format!("{NAMESPACE}:{{{full}}}"),
-            Tag::Broken => {
-                return Err(invalid(
-                    "braces must form one non-empty {hash tag}: the lock's companion keys could not share its cluster slot",
-                ))
-            }
+            Tag::Broken => return Err(invalid(
+                "braces must form one non-empty {hash tag}: the lock's companion keys could not share its cluster slot",
+            )),
         };
         Ok(LockKeys {
             name: name.to_string(),
@@ -98,7 +99,13 @@ mod tests {
 
     #[test]
     fn companions_share_the_lock_slot() {
-        for (prefix, name) in [("", "orders"), ("app:", "orders"), ("", "orders{eu}"), ("", "{eu}x"), ("p{t}:", "n")] {
+        for (prefix, name) in [
+            ("", "orders"),
+            ("app:", "orders"),
+            ("", "orders{eu}"),
+            ("", "{eu}x"),
+            ("p{t}:", "n"),
+        ] {
             let k = LockKeys::new(prefix, name).unwrap();
             assert_eq!(slot(&k.lock), slot(&k.channel), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&k.token), "{k:?}");
@@ -119,7 +126,10 @@ mod tests {
     #[test]
     fn bad_names_are_rejected() {
         for bad in ["", "a{}b", "a}b", "a{b", "x\ny"] {
-            assert!(matches!(LockKeys::new("", bad), Err(Error::InvalidName { .. })), "{bad:?}");
+            assert!(
+                matches!(LockKeys::new("", bad), Err(Error::InvalidName { .. })),
+                "{bad:?}"
+            );
         }
         assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
         assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN + 1)).is_err());

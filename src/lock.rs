@@ -51,13 +51,20 @@ pub struct Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.keys.name).field("owner", &self.owner).finish()
+        f.debug_struct("Lock")
+            .field("name", &self.keys.name)
+            .field("owner", &self.owner)
+            .finish()
     }
 }
 
 impl Lock {
     pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>) -> Lock {
-        Lock { inner, keys, owner: None }
+        Lock {
+            inner,
+            keys,
+            owner: None,
+        }
     }
 
     /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
@@ -75,7 +82,10 @@ impl Lock {
     /// from a spawned task, or one from [`Client::new_owner`](crate::Client::new_owner)
     /// to share a hold across tasks.
     pub fn with_owner(&self, owner: Owner) -> Lock {
-        Lock { owner: Some(owner), ..self.clone() }
+        Lock {
+            owner: Some(owner),
+            ..self.clone()
+        }
     }
 
     /// Acquires the lock, waiting as long as it takes, with the watchdog lease.
@@ -242,7 +252,9 @@ impl Lock {
     /// dropped.
     pub async fn unlock(&self) -> Result<()> {
         let Some(owner) = self.current_owner() else {
-            return Err(Error::NotHeld { name: self.keys.name.clone() });
+            return Err(Error::NotHeld {
+                name: self.keys.name.clone(),
+            });
         };
         let hold = self.inner.holds.find(&self.keys.lock, &owner.field);
         if let Some(h) = &hold {
@@ -257,11 +269,16 @@ impl Lock {
                 inner.holds.released_elsewhere(h, -1);
             }
             match res? {
-                ReleaseReply::NotHeld => Err(Error::NotHeld { name: keys.name.clone() }),
+                ReleaseReply::NotHeld => Err(Error::NotHeld {
+                    name: keys.name.clone(),
+                }),
                 _ => Ok(()),
             }
         });
-        task.await.map_err(|_| Error::Connection { op: "release", message: "the runtime dropped the release task".into() })?
+        task.await.map_err(|_| Error::Connection {
+            op: "release",
+            message: "the runtime dropped the release task".into(),
+        })?
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters. Returns
@@ -367,9 +384,15 @@ impl Lock {
             message: "the runtime dropped the acquire task".into(),
         })??;
         Ok(match reply {
-            AcquireReply::Acquired { token, count } => {
-                Ok(LockGuard::new(self.inner.clone(), self.keys.clone(), pin.duplicate(), token, count, lease, sent_at))
-            }
+            AcquireReply::Acquired { token, count } => Ok(LockGuard::new(
+                self.inner.clone(),
+                self.keys.clone(),
+                pin.duplicate(),
+                token,
+                count,
+                lease,
+                sent_at,
+            )),
             AcquireReply::Held { pttl } => Err(pttl),
         })
     }
@@ -386,5 +409,7 @@ fn sleep_hint(pttl: i64) -> Duration {
 }
 
 fn unreachable_wait() -> Result<LockGuard> {
-    Err(Error::Config("an unbounded wait ended without a lock (a lockwarden bug)".into()))
+    Err(Error::Config(
+        "an unbounded wait ended without a lock (a lockwarden bug)".into(),
+    ))
 }

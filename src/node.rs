@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use fred::prelude::{Client as FredClient, ClientLike, KeysInterface, HashesInterface};
+use fred::prelude::{Client as FredClient, ClientLike, HashesInterface, KeysInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
@@ -22,12 +22,18 @@ pub(crate) struct Script {
 
 impl Script {
     fn new(op: &'static str, src: &'static str) -> Script {
-        Script { op, src, sha: fred::util::sha1_hash(src) }
+        Script {
+            op,
+            src,
+            sha: fred::util::sha1_hash(src),
+        }
     }
 }
 
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", include_str!("../lua/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new("release", include_str!("../lua/release.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", include_str!("../lua/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../lua/renew.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
@@ -68,7 +74,13 @@ impl Node {
     /// by itself. Attempts are repeated after a broken connection only while
     /// `deadline` allows: callers pass scripts whose replays are harmless
     /// (request records, or idempotent effects).
-    async fn run<R: FromValue>(&self, script: &Script, keys: &[&str], args: Vec<Value>, timeout: Duration) -> Result<R> {
+    async fn run<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: Vec<Value>,
+        timeout: Duration,
+    ) -> Result<R> {
         let deadline = Instant::now() + timeout;
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(script.sha.as_str().into());
@@ -82,14 +94,23 @@ impl Node {
             if left.is_zero() {
                 return Err(Error::Timeout { op: script.op, timeout });
             }
-            let opts = Options { max_attempts: Some(1), timeout: Some(left), ..Default::default() };
+            let opts = Options {
+                max_attempts: Some(1),
+                timeout: Some(left),
+                ..Default::default()
+            };
             let cmd = if use_eval {
                 argv[0] = script.src.into();
                 CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false)
             } else {
                 CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false)
             };
-            match self.client.with_options(&opts).custom::<R, Value>(cmd, argv.clone()).await {
+            match self
+                .client
+                .with_options(&opts)
+                .custom::<R, Value>(cmd, argv.clone())
+                .await
+            {
                 Ok(r) => return Ok(r),
                 Err(e) if !use_eval && e.details().starts_with("NOSCRIPT") => {
                     tracing::debug!(op = script.op, "script cache empty (NOSCRIPT), sending the script");
@@ -111,7 +132,13 @@ impl Node {
 
     /// One acquire attempt for `owner` with a lease of `lease`. `request`
     /// identifies the logical attempt: a replay of it acquires nothing more.
-    pub(crate) async fn acquire(&self, keys: &LockKeys, owner: &str, lease: Duration, request: &str) -> Result<AcquireReply> {
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        lease: Duration,
+        request: &str,
+    ) -> Result<AcquireReply> {
         let rec = format!("{}{request}", keys.req_prefix);
         let reply: Vec<i64> = self
             .run(
@@ -122,7 +149,10 @@ impl Node {
             )
             .await?;
         match reply.as_slice() {
-            [1, token, count] => Ok(AcquireReply::Acquired { token: *token as u64, count: *count as u64 }),
+            [1, token, count] => Ok(AcquireReply::Acquired {
+                token: *token as u64,
+                count: *count as u64,
+            }),
             [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
             other => Err(unexpected("acquire", other)),
         }
@@ -130,13 +160,24 @@ impl Node {
 
     /// Leaves one level of `owner`'s hold. `relet` is re-applied as the lease
     /// while levels remain (zero leaves the TTL alone).
-    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str, relet: Duration, request: &str) -> Result<ReleaseReply> {
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        relet: Duration,
+        request: &str,
+    ) -> Result<ReleaseReply> {
         let rec = format!("{}{request}", keys.req_prefix);
         let reply: i64 = self
             .run(
                 &RELEASE,
                 &[&keys.lock, &keys.channel, &rec],
-                vec![owner.into(), ms(relet).into(), ms(self.record_ttl).into(), UNLOCK_MESSAGE.into()],
+                vec![
+                    owner.into(),
+                    ms(relet).into(),
+                    ms(self.record_ttl).into(),
+                    UNLOCK_MESSAGE.into(),
+                ],
                 self.command_timeout,
             )
             .await?;
@@ -163,7 +204,12 @@ impl Node {
 
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
         let reply: i64 = self
-            .run(&FORCE_UNLOCK, &[&keys.lock, &keys.channel], vec![UNLOCK_MESSAGE.into()], self.command_timeout)
+            .run(
+                &FORCE_UNLOCK,
+                &[&keys.lock, &keys.channel],
+                vec![UNLOCK_MESSAGE.into()],
+                self.command_timeout,
+            )
             .await?;
         Ok(reply == 1)
     }
@@ -180,13 +226,19 @@ impl Node {
     pub(crate) async fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
         let kind: String = self
             .client
-            .custom(CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false), vec![keys.lock.as_str()])
+            .custom(
+                CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
+                vec![keys.lock.as_str()],
+            )
             .await
             .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
-            other => Err(Error::WrongType { key: keys.lock.clone(), found: other.to_string() }),
+            other => Err(Error::WrongType {
+                key: keys.lock.clone(),
+                found: other.to_string(),
+            }),
         }
     }
 

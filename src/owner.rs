@@ -67,12 +67,19 @@ pub(crate) struct Owners {
 
 impl Owners {
     pub(crate) fn new(uuid: String) -> Owners {
-        Owners { uuid, next: std::sync::atomic::AtomicU64::new(1), tasks: Mutex::new(HashMap::new()) }
+        Owners {
+            uuid,
+            next: std::sync::atomic::AtomicU64::new(1),
+            tasks: Mutex::new(HashMap::new()),
+        }
     }
 
     pub(crate) fn fresh(&self) -> Owner {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Owner { id, field: format!("{}:{id}", self.uuid).into() }
+        Owner {
+            id,
+            field: format!("{}:{id}", self.uuid).into(),
+        }
     }
 
     /// The owner of the current task if it uses one right now.
@@ -87,12 +94,20 @@ impl Owners {
         let mut tasks = self.tasks.lock();
         let entry = tasks.entry(key).or_insert_with(|| (self.fresh(), 0));
         entry.1 += 1;
-        OwnerPin { owners: Some(self.clone()), key: Some(key), owner: entry.0.clone() }
+        OwnerPin {
+            owners: Some(self.clone()),
+            key: Some(key),
+            owner: entry.0.clone(),
+        }
     }
 
     /// A pin on an explicit owner: keeps no task mapping alive.
     pub(crate) fn pin_explicit(owner: Owner) -> OwnerPin {
-        OwnerPin { owners: None, key: None, owner }
+        OwnerPin {
+            owners: None,
+            key: None,
+            owner,
+        }
     }
 }
 
@@ -110,7 +125,11 @@ impl OwnerPin {
                 if let Some(entry) = owners.tasks.lock().get_mut(&key) {
                     entry.1 += 1;
                 }
-                OwnerPin { owners: Some(owners.clone()), key: Some(key), owner: self.owner.clone() }
+                OwnerPin {
+                    owners: Some(owners.clone()),
+                    key: Some(key),
+                    owner: self.owner.clone(),
+                }
             }
             _ => Owners::pin_explicit(self.owner.clone()),
         }

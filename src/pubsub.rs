@@ -41,7 +41,11 @@ pub(crate) struct PubSub {
 }
 
 impl PubSub {
-    pub(crate) fn new(sub: SubscriberClient, runtime: tokio::runtime::Handle, timeout: std::time::Duration) -> Arc<PubSub> {
+    pub(crate) fn new(
+        sub: SubscriberClient,
+        runtime: tokio::runtime::Handle,
+        timeout: std::time::Duration,
+    ) -> Arc<PubSub> {
         let ps = Arc::new(PubSub {
             sub,
             channels: Mutex::new(HashMap::new()),
@@ -62,10 +66,17 @@ impl PubSub {
         let mut map = self.channels.lock();
         let entry = map.entry(channel.to_string()).or_insert_with(|| Entry {
             refs: 0,
-            chan: Arc::new(Channel { notify: Notify::new(), subscribed: AtomicBool::new(false) }),
+            chan: Arc::new(Channel {
+                notify: Notify::new(),
+                subscribed: AtomicBool::new(false),
+            }),
         });
         entry.refs += 1;
-        Interest { ps: self.clone(), name: channel.to_string(), chan: entry.chan.clone() }
+        Interest {
+            ps: self.clone(),
+            name: channel.to_string(),
+            chan: entry.chan.clone(),
+        }
     }
 
     /// How many channels have waiters (for tests and metrics).
@@ -95,7 +106,10 @@ impl PubSub {
         let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
         let _: Value = tokio::time::timeout(self.timeout, self.sub.custom(ping, Vec::<Value>::new()))
             .await
-            .map_err(|_| Error::Timeout { op: "subscribe", timeout: self.timeout })?
+            .map_err(|_| Error::Timeout {
+                op: "subscribe",
+                timeout: self.timeout,
+            })?
             .map_err(map_err)?;
         chan.subscribed.store(true, Ordering::Release);
         Ok(())

@@ -124,7 +124,14 @@ impl Holds {
     /// Records one more guard on the hold an acquisition returned. A reply
     /// with another token than the known hold means that hold ended (lost)
     /// and this is a fresh one.
-    pub(crate) fn enter(&self, lock_key: &str, owner_field: &Arc<str>, token: u64, watchdog: bool, sent_at: Instant) -> Arc<Hold> {
+    pub(crate) fn enter(
+        &self,
+        lock_key: &str,
+        owner_field: &Arc<str>,
+        token: u64,
+        watchdog: bool,
+        sent_at: Instant,
+    ) -> Arc<Hold> {
         let mut map = self.map.lock();
         let key = (lock_key.to_string(), owner_field.clone());
         let hold = match map.get(&key) {
@@ -149,7 +156,10 @@ impl Holds {
 
     /// The live hold of `owner_field` on `lock_key`, if any.
     pub(crate) fn find(&self, lock_key: &str, owner_field: &Arc<str>) -> Option<Arc<Hold>> {
-        self.map.lock().get(&(lock_key.to_string(), owner_field.clone())).cloned()
+        self.map
+            .lock()
+            .get(&(lock_key.to_string(), owner_field.clone()))
+            .cloned()
     }
 
     /// Notes that one level of `hold` was released without its guard.
@@ -182,7 +192,12 @@ impl Holds {
     }
 
     fn watched(&self) -> Vec<Arc<Hold>> {
-        self.map.lock().values().filter(|h| h.lost_reason().is_none() && h.is_watched()).cloned().collect()
+        self.map
+            .lock()
+            .values()
+            .filter(|h| h.lost_reason().is_none() && h.is_watched())
+            .cloned()
+            .collect()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -209,14 +224,24 @@ pub(crate) async fn tick(inner: &Inner) {
     }
     let lease = inner.settings.watchdog_lease;
     // A renewal call must not outlive its period, or ticks pile up.
-    let timeout = inner.settings.command_timeout.min(lease / 3).max(Duration::from_millis(1));
+    let timeout = inner
+        .settings
+        .command_timeout
+        .min(lease / 3)
+        .max(Duration::from_millis(1));
     let clustered = fred::prelude::ClientLike::is_clustered(&inner.node.client);
     let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
     for h in holds {
-        let slot = if clustered { fred::util::redis_keyslot(h.lock_key.as_bytes()) } else { 0 };
+        let slot = if clustered {
+            fred::util::redis_keyslot(h.lock_key.as_bytes())
+        } else {
+            0
+        };
         groups.entry(slot).or_default().push(h);
     }
-    let batches = groups.into_values().flat_map(|g| g.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>());
+    let batches = groups
+        .into_values()
+        .flat_map(|g| g.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>());
     join_all(batches.map(|batch| async move {
         let sent_at = Instant::now();
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (h.lock_key.as_str(), &*h.owner_field)).collect();

@@ -1,0 +1,391 @@
+//! Test support: real `redis-server` processes on free loopback ports.
+//!
+//! Each [`RedisServer`] runs in its own temp dir with persistence off and is
+//! killed by pid on drop. The binary is `redis-server` from PATH, or the one
+//! named by `LOCKWARDEN_REDIS_SERVER`. [`Proxy`] sits between a client and a
+//! server and can drop a reply and reset the connection. [`Resp`] is a tiny
+//! synchronous client for assertions, independent of the code under test.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "lockwarden-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server (is it installed? set LOCKWARDEN_REDIS_SERVER)");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let bin = std::env::var("LOCKWARDEN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let port = self.port.to_string();
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--dir", self.dir.to_str().unwrap(), "--protected-mode", "no"])
+        .args(&self.extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let Ok(child) = cmd.spawn() else { return false };
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let _ = status;
+                self.child = None;
+                return false; // port taken, most likely
+            }
+            if let Ok(mut c) = Resp::connect(self.port) {
+                if c.cmd(&["PING"]).as_str() == Some("PONG") {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// A fresh synchronous connection.
+    pub fn resp(&self) -> Resp {
+        Resp::connect(self.port).expect("connect to test server")
+    }
+
+    /// Runs one command on a fresh connection.
+    pub fn cmd(&self, args: &[&str]) -> Reply {
+        self.resp().cmd(args)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server (SIGKILL, no persistence: its data is gone).
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(self.spawn(), "restart redis-server on port {}", self.port);
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// SIGSTOP: the server stops answering.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    pub fn flushall(&self) {
+        assert_eq!(self.cmd(&["FLUSHALL"]).as_str(), Some("OK"));
+    }
+
+    /// Channels with subscribers (`PUBSUB CHANNELS`).
+    pub fn pubsub_channels(&self) -> Vec<String> {
+        self.cmd(&["PUBSUB", "CHANNELS"]).strings()
+    }
+
+    /// Every key (`KEYS *`; tests use small data sets).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.cmd(&["KEYS", pattern]).strings()
+    }
+
+    /// A field of `INFO` (e.g. `total_commands_processed`).
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info = self.cmd(&["INFO", section]);
+        let text = info.as_str()?.to_string();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+    }
+
+    /// Calls of one command from `INFO commandstats`.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.info_field("commandstats", &format!("cmdstat_{command}"))
+            .and_then(|v| {
+                v.split(',')
+                    .find_map(|kv| kv.strip_prefix("calls=").map(|n| n.parse().unwrap()))
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            // A paused server ignores SIGKILL only until continued; be sure.
+            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A RESP reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Str(String),
+    Int(i64),
+    Nil,
+    Err(String),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Reply::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(i) => Some(*i),
+            Reply::Str(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+    pub fn strings(&self) -> Vec<String> {
+        match self {
+            Reply::Array(v) => v.iter().filter_map(|r| r.as_str().map(String::from)).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A minimal synchronous RESP2 client for assertions.
+pub struct Resp {
+    reader: BufReader<TcpStream>,
+}
+
+impl Resp {
+    pub fn connect(port: u16) -> std::io::Result<Resp> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Resp {
+            reader: BufReader::new(s),
+        })
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> Reply {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend(format!("${}\r\n", a.len()).bytes());
+            out.extend(a.bytes());
+            out.extend(b"\r\n");
+        }
+        self.reader.get_mut().write_all(&out).expect("write command");
+        self.read()
+    }
+
+    fn read(&mut self) -> Reply {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("read reply");
+        let line = line.trim_end_matches("\r\n");
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "+" => Reply::Str(rest.to_string()),
+            "-" => Reply::Err(rest.to_string()),
+            ":" => Reply::Int(rest.parse().unwrap()),
+            "$" => {
+                let n: i64 = rest.parse().unwrap();
+                if n < 0 {
+                    return Reply::Nil;
+                }
+                let mut buf = vec![0; n as usize + 2];
+                self.reader.read_exact(&mut buf).unwrap();
+                buf.truncate(n as usize);
+                Reply::Str(String::from_utf8_lossy(&buf).into_owned())
+            }
+            "*" => {
+                let n: i64 = rest.parse().unwrap();
+                if n < 0 {
+                    return Reply::Nil;
+                }
+                Reply::Array((0..n).map(|_| self.read()).collect())
+            }
+            other => panic!("unexpected RESP type {other:?}"),
+        }
+    }
+}
+
+/// A TCP proxy in front of a server that can drop the next reply and reset
+/// the connection it travelled on, after the server executed the command.
+pub struct Proxy {
+    pub port: u16,
+    drop_next_reply: Arc<AtomicBool>,
+    pub dropped: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(target: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let flag = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (f, d) = (flag.clone(), dropped.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (f, d) = (f.clone(), d.clone());
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let mut client = client;
+                    let (mut cr, mut cw) = client.split();
+                    let (mut sr, mut sw) = server.split();
+                    let mut a = vec![0u8; 64 * 1024];
+                    let mut b = vec![0u8; 64 * 1024];
+                    loop {
+                        tokio::select! {
+                            n = cr.read(&mut a) => match n {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => if sw.write_all(&a[..n]).await.is_err() { return },
+                            },
+                            n = sr.read(&mut b) => match n {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => {
+                                    if f.swap(false, Ordering::SeqCst) {
+                                        d.fetch_add(1, Ordering::SeqCst);
+                                        return; // drops both sockets: the client sees a reset
+                                    }
+                                    if cw.write_all(&b[..n]).await.is_err() { return }
+                                }
+                            },
+                        }
+                    }
+                });
+            }
+        });
+        Proxy {
+            port,
+            drop_next_reply: flag,
+            dropped,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The next reply from the server, on any connection, is swallowed and
+    /// that connection is closed.
+    pub fn drop_next_reply(&self) {
+        self.drop_next_reply.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs a test body with an overall bound.
+pub async fn bounded<F: std::future::Future>(limit: Duration, f: F) -> F::Output {
+    tokio::time::timeout(limit, f)
+        .await
+        .expect("test exceeded its time bound")
+}
+
+/// Connects a client with a watchdog lease of `lease`.
+pub async fn client(server_url: &str, lease: Duration) -> lockwarden::Client {
+    lockwarden::Client::builder(server_url)
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .expect("connect client")
+}

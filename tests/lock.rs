@@ -1,0 +1,617 @@
+//! The reentrant lock's behaviour against a real redis-server.
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::{Error, Lease, LossReason};
+
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_unlock() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("plain").unwrap();
+        let guard = lock.lock().await.unwrap();
+        assert!(lock.is_locked().await.unwrap());
+        assert!(lock.is_held_by_current_task().await.unwrap());
+        let owners = server.cmd(&["HGETALL", "plain"]).strings();
+        assert_eq!(
+            owners,
+            vec![format!("{}:1", c.id()), "1".to_string()],
+            "field <client-uuid>:<task-id> -> count"
+        );
+        let pttl = server.cmd(&["PTTL", "plain"]).as_int().unwrap();
+        assert!(pttl > 29_000 && pttl <= 30_000, "watchdog lease applied: {pttl}");
+        guard.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+        assert_eq!(server.cmd(&["EXISTS", "plain"]).as_int(), Some(0));
+        assert_eq!(c.held_locks(), 0);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrancy_three_deep_with_hold_counts() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("reentrant").unwrap();
+        let g1 = lock.lock().await.unwrap();
+        let g2 = lock.lock().await.unwrap();
+        let g3 = lock
+            .try_lock(Duration::ZERO, Lease::Watchdog)
+            .await
+            .unwrap()
+            .expect("re-entry never waits");
+        assert_eq!((g1.depth(), g2.depth(), g3.depth()), (1, 2, 3));
+        assert_eq!(lock.hold_count().await.unwrap(), 3);
+        assert_eq!(g1.token(), g3.token(), "re-entry keeps the hold's token");
+        g3.unlock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        g2.unlock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        assert!(lock.is_locked().await.unwrap());
+        g1.unlock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 0);
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_task_is_excluded_until_the_count_reaches_zero() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("exclusive").unwrap();
+        let g1 = lock.lock().await.unwrap();
+        let g2 = lock.lock().await.unwrap();
+        let other = lock.clone();
+        let contender = tokio::spawn(async move {
+            assert!(
+                other.try_lock(Duration::ZERO, LONG).await.unwrap().is_none(),
+                "other task excluded"
+            );
+            assert!(!other.is_held_by_current_task().await.unwrap());
+            let g = other.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g2.unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!contender.is_finished(), "one level still held");
+        let released = Instant::now();
+        g1.unlock().await.unwrap();
+        let admitted = contender.await.unwrap();
+        assert!(admitted >= released, "admitted only after the last level");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_can_be_carried_into_a_spawned_task() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("carried").unwrap();
+        let guard = lock.lock().await.unwrap();
+        let as_owner = lock.with_owner(guard.owner());
+        let inner = tokio::spawn(async move {
+            let g = as_owner
+                .try_lock(Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("re-enter as owner");
+            assert_eq!(as_owner.hold_count().await.unwrap(), 2);
+            g.unlock().await.unwrap();
+        });
+        inner.await.unwrap();
+        // The guard itself can be unlocked from another task.
+        tokio::spawn(async move { guard.unlock().await.unwrap() })
+            .await
+            .unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_ids_are_not_reused_across_tasks() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let mut fields = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let lock = c.lock("ids").unwrap();
+            let field = tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                let f = g.owner().field().to_string();
+                g.unlock().await.unwrap();
+                f
+            })
+            .await
+            .unwrap();
+            assert!(fields.insert(field), "an owner id came back");
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_by_a_non_owner_errors_and_changes_nothing() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("not-mine").unwrap();
+        let guard = lock.lock().await.unwrap();
+        let before = server.cmd(&["HGETALL", "not-mine"]);
+        let stranger = lock.with_owner(c.new_owner());
+        assert!(matches!(stranger.unlock().await, Err(Error::NotHeld { .. })));
+        let other_task = lock.clone();
+        let r = tokio::spawn(async move { other_task.unlock().await }).await.unwrap();
+        assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
+        let other_client = client(&server.url(), LONG).await;
+        assert!(matches!(
+            other_client.lock("not-mine").unwrap().unlock().await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert_eq!(server.cmd(&["HGETALL", "not-mine"]), before, "nothing changed");
+        guard.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_unlock_by_owner_does_not_double_release_with_a_guard() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("by-owner").unwrap();
+        let g1 = lock.lock().await.unwrap();
+        let g2 = lock.lock().await.unwrap();
+        lock.unlock().await.unwrap(); // releases one level, Redisson style
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        drop(g2); // its level is gone already: must not release g1's
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        g1.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let lease = Duration::from_millis(500);
+        let start = Instant::now();
+        let old = a
+            .lock("leased")
+            .unwrap()
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.lease(), Lease::Fixed(lease));
+        let new = b
+            .lock("leased")
+            .unwrap()
+            .try_lock(Duration::from_secs(5), LONG)
+            .await
+            .unwrap()
+            .expect("acquired after expiry");
+        let took = start.elapsed();
+        assert!(
+            took >= lease - Duration::from_millis(5),
+            "not before the lease ran out: {took:?}"
+        );
+        assert!(
+            took <= lease + Duration::from_millis(50),
+            "within lease + 50 ms: {took:?}"
+        );
+        assert!(old.is_lost());
+        assert_eq!(old.loss_reason(), Some(LossReason::LeaseExpired));
+        let before = server.cmd(&["HGETALL", "leased"]);
+        assert!(matches!(old.unlock().await, Err(Error::NotHeld { .. })));
+        assert_eq!(
+            server.cmd(&["HGETALL", "leased"]),
+            before,
+            "the new owner's hold is untouched"
+        );
+        assert!(new.token() > 1);
+        new.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_a_hold_alive_for_ten_leases() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(1);
+        let c = client(&server.url(), lease).await;
+        let lock = c.lock("watched").unwrap();
+        let guard = lock.lock().await.unwrap();
+        let until = Instant::now() + lease * 10 + Duration::from_millis(500);
+        let mut min_pttl = i64::MAX;
+        while Instant::now() < until {
+            let pttl = server.cmd(&["PTTL", "watched"]).as_int().unwrap();
+            assert!(pttl > 0, "lease ran out while watched");
+            min_pttl = min_pttl.min(pttl);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!guard.is_lost());
+        assert!(min_pttl > 300, "renewed every lease/3, lowest pttl seen {min_pttl}");
+        guard.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_is_never_renewed() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), Duration::from_millis(300)).await;
+        let lock = c.lock("fixed").unwrap();
+        let guard = lock
+            .try_lock(Duration::ZERO, Duration::from_millis(700))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(guard.lost().await, LossReason::LeaseExpired);
+        assert!(
+            eventually(Duration::from_millis(200), || server.cmd(&["EXISTS", "fixed"]).as_int()
+                == Some(0))
+            .await
+        );
+        drop(guard);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_stops_renewal_and_releases() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(1);
+        let c = client(&server.url(), lease).await;
+        let lock = c.lock("dropped").unwrap();
+        let guard = lock.lock().await.unwrap();
+        drop(guard);
+        assert_eq!(c.held_locks(), 0, "renewal stopped synchronously");
+        assert!(eventually(lease, || server.cmd(&["EXISTS", "dropped"]).as_int() == Some(0)).await);
+    })
+    .await
+}
+
+#[test]
+fn a_client_whose_runtime_died_stops_renewing_and_the_key_expires_within_one_lease() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(1);
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let guard = rt.block_on(async {
+        let c = client(&url, lease).await;
+        c.lock("abandoned").unwrap().lock().await.unwrap()
+    });
+    // The process "dies": its runtime goes away while the lock is held.
+    let died = Instant::now();
+    rt.shutdown_background();
+    drop(guard); // no runtime: drop must neither block nor panic
+    while server.cmd(&["EXISTS", "abandoned"]).as_int() == Some(1) {
+        assert!(
+            died.elapsed() < lease + Duration::from_millis(300),
+            "still held after a lease"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(lease);
+    assert_eq!(
+        server.cmd(&["EXISTS", "abandoned"]).as_int(),
+        Some(0),
+        "no renewal re-created it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_returns_after_its_wait_when_the_lock_stays_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let holder = c.lock("busy").unwrap().lock().await.unwrap();
+        let lock = c.lock("busy").unwrap();
+        for wait in [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(700)] {
+            let lock = lock.clone();
+            let (r, took) = tokio::spawn(async move {
+                let t = Instant::now();
+                let r = lock.try_lock(wait, LONG).await.unwrap();
+                (r.is_none(), t.elapsed())
+            })
+            .await
+            .unwrap();
+            assert!(r, "not acquired");
+            assert!(
+                took >= wait && took <= wait + Duration::from_millis(150),
+                "wait {wait:?} took {took:?}"
+            );
+        }
+        holder.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_on_unlock_long_before_the_lease_ends() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let holder = c.lock("wake").unwrap().lock().await.unwrap();
+        let lock = c.lock("wake").unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .pubsub_channels()
+                .contains(&"lockwarden:{wake}:channel".to_string()))
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let unlocked = Instant::now();
+        holder.unlock().await.unwrap();
+        let woke = waiter.await.unwrap();
+        assert!(
+            woke - unlocked < Duration::from_millis(500),
+            "woken by pub/sub, not the 30 s lease: {:?}",
+            woke - unlocked
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_when_no_unlock_message_comes() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        // The holder never unlocks: only its lease ends, and nothing is published.
+        let lease = Duration::from_millis(800);
+        let _held = a
+            .lock("silent")
+            .unwrap()
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .unwrap()
+            .unwrap();
+        let start = Instant::now();
+        let g = b.lock("silent").unwrap().lock().await.unwrap();
+        let took = start.elapsed();
+        assert!(
+            took < lease + Duration::from_millis(200),
+            "bounded by the holder's pttl: {took:?}"
+        );
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_when_its_subscriber_connection_is_killed() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let holder = a.lock("cut").unwrap().lock().await.unwrap();
+        let lock = b.lock("cut").unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
+        let channel = "lockwarden:{cut}:channel".to_string();
+        assert!(eventually(Duration::from_secs(5), || server.pubsub_channels().contains(&channel)).await);
+        // Kill every subscriber connection and unlock while it is down: the
+        // message is lost.
+        server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        holder.unlock().await.unwrap();
+        // The holder had 30 s of lease left: only the reconnect path can wake it this fast.
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("waiter stranded")
+            .unwrap();
+        assert!(eventually(Duration::from_secs(5), || server.pubsub_channels().is_empty()).await);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_clients_increment_a_counter_without_overlap() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let c = client(&server.url(), LONG).await;
+            let (inside, overlaps, port) = (inside.clone(), overlaps.clone(), server.port);
+            tasks.push(tokio::spawn(async move {
+                let lock = c.lock("counter-lock").unwrap();
+                let mut r = Resp::connect(port).unwrap();
+                for _ in 0..100 {
+                    let g = lock.lock().await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // A non-atomic read-modify-write: only the lock makes it exact.
+                    let v = r.cmd(&["GET", "counter"]).as_int().unwrap_or(0);
+                    r.cmd(&["SET", "counter", &(v + 1).to_string()]);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+        assert_eq!(server.cmd(&["GET", "counter"]).as_int(), Some(1600));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_waits_leave_no_subscription_behind() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let mut tasks = Vec::new();
+        for t in 0..32 {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..(5000 / 32 + 1) {
+                    if t * (5000 / 32 + 1) + i >= 5000 {
+                        break;
+                    }
+                    let lock = c.lock(&format!("pool-{}", (t + i) % 5)).unwrap();
+                    lock.lock().await.unwrap().unlock().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || server.pubsub_channels().is_empty()
+                && c.waiting_channels() == 0)
+            .await,
+            "leaked subscriptions: {:?}",
+            server.pubsub_channels()
+        );
+        assert_eq!(c.held_locks(), 0);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_holders_and_stay_on_reentry() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let mut last = 0;
+        for i in 0..20 {
+            let c = if i % 2 == 0 { &a } else { &b };
+            let lock = c.lock("fenced").unwrap();
+            let g = lock.lock().await.unwrap();
+            assert!(g.token() > last, "token {} after {last}", g.token());
+            last = g.token();
+            let inner = lock.lock().await.unwrap();
+            assert_eq!(inner.token(), g.token());
+            inner.unlock().await.unwrap();
+            if i == 10 {
+                assert!(lock.force_unlock().await.unwrap());
+                assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
+            } else {
+                g.unlock().await.unwrap();
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_deletes_and_wakes_waiters() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let holder = c.lock("forced").unwrap().lock().await.unwrap();
+        let lock = c.lock("forced").unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            g.unlock().await.unwrap();
+        });
+        assert!(eventually(Duration::from_secs(5), || !server.pubsub_channels().is_empty()).await);
+        let admin = client(&server.url(), LONG).await;
+        assert!(admin.lock("forced").unwrap().force_unlock().await.unwrap());
+        tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("woken by force_unlock")
+            .unwrap();
+        assert!(
+            !admin.lock("forced").unwrap().force_unlock().await.unwrap(),
+            "nothing left to delete"
+        );
+        assert!(matches!(holder.unlock().await, Err(Error::NotHeld { .. })));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remaining_lease_reports_the_holders_pttl() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("ttl").unwrap();
+        assert_eq!(lock.remaining_lease().await.unwrap(), None);
+        let g = lock
+            .try_lock(Duration::ZERO, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let left = lock.remaining_lease().await.unwrap().unwrap();
+        assert!(
+            left > Duration::from_secs(9) && left <= Duration::from_secs(10),
+            "{left:?}"
+        );
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Futures and guards can cross threads (compile-time check).
+#[allow(dead_code)]
+fn futures_and_guards_are_send() {
+    fn send<T: Send + 'static>(_: T) {}
+    fn sync<T: Sync>() {}
+    fn check(lock: lockwarden::Lock, guard: lockwarden::LockGuard) {
+        send(lock.clone().lock_owned());
+        send(guard);
+        sync::<lockwarden::LockGuard>();
+        sync::<lockwarden::Lock>();
+        sync::<lockwarden::Client>();
+    }
+    trait Owned {
+        fn lock_owned(self) -> impl std::future::Future + Send + 'static;
+    }
+    impl Owned for lockwarden::Lock {
+        fn lock_owned(self) -> impl std::future::Future + Send + 'static {
+            async move {
+                let _ = self.lock().await;
+                let _ = self.try_lock(Duration::ZERO, Lease::Watchdog).await;
+                let _ = self.unlock().await;
+                let _ = self.hold_count().await;
+                let _ = self.force_unlock().await;
+                if let Ok(g) = self.lock().await {
+                    let _ = g.lost().await;
+                    let _ = g.unlock().await;
+                }
+            }
+        }
+    }
+    let _ = check;
+}
