@@ -133,6 +133,7 @@ impl ClientBuilder {
             // (bounded by the command timeout), with a wide margin.
             record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
         };
+        node.load_scripts().await;
         let inner = Arc::new(Inner {
             owners: Arc::new(Owners::new(uuid.clone())),
             uuid,
@@ -151,6 +152,33 @@ impl ClientBuilder {
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
         Ok(Client { inner })
     }
+}
+
+/// URL schemes fred understands; it silently accepts others (`http://`).
+const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis-cluster",
+    "rediss-cluster",
+    "redis-sentinel",
+    "rediss-sentinel",
+    "valkey",
+    "valkeys",
+    "valkey-cluster",
+    "valkeys-cluster",
+    "valkey-sentinel",
+    "valkeys-sentinel",
+];
+
+fn parse_url(url: &str) -> std::result::Result<Config, String> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    if !scheme.is_some_and(|s| SCHEMES.contains(&s)) {
+        return Err(format!(
+            "redis url {url:?}: the scheme must be one of {}",
+            SCHEMES.join(", ")
+        ));
+    }
+    Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details()))
 }
 
 fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<()> {
@@ -250,9 +278,7 @@ impl Client {
     /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
     /// The URL is checked by [`ClientBuilder::build`].
     pub fn builder(url: &str) -> ClientBuilder {
-        Self::builder_from_config_result(
-            Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details())),
-        )
+        Self::builder_from_config_result(parse_url(url))
     }
 
     /// A builder from a fred [`Config`], for settings a URL cannot express

@@ -137,12 +137,17 @@ impl Error {
                 found,
             };
         }
+        // fred's "Failed to route command." means no connection was available:
+        // the command was not written.
+        if details.starts_with("Failed to route command") {
+            return Error::Connection { op, message: details };
+        }
         let kind = match e.kind() {
-            K::IO | K::Canceled => return Error::Connection { op, message: details },
+            K::IO | K::Canceled | K::Routing => return Error::Connection { op, message: details },
             K::Timeout => return Error::Timeout { op, timeout },
             K::Config | K::Url => return Error::Config(details),
             K::Auth => RedisErrorKind::Auth,
-            K::Cluster | K::Routing => RedisErrorKind::Cluster,
+            K::Cluster => RedisErrorKind::Cluster,
             _ => classify(&details),
         };
         Error::Redis {

@@ -67,6 +67,23 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Loads every script into the server's cache (SCRIPT LOAD, on every
+    /// primary of a cluster). Failures are not fatal: calls fall back to
+    /// EVAL on NOSCRIPT.
+    pub(crate) async fn load_scripts(&self) {
+        use fred::prelude::LuaInterface;
+        for script in [&*ACQUIRE, &*RELEASE, &*RENEW, &*FORCE_UNLOCK] {
+            let r: std::result::Result<(), fred::error::Error> = if self.client.is_clustered() {
+                self.client.script_load_cluster::<(), _>(script.src).await
+            } else {
+                self.client.script_load::<String, _>(script.src).await.map(|_| ())
+            };
+            if let Err(e) = r {
+                tracing::debug!(op = script.op, error = %e, "SCRIPT LOAD failed; the first call will send the script");
+            }
+        }
+    }
+
     /// Runs a script with EVALSHA, falling back to EVAL on NOSCRIPT (which
     /// means the script did not run, and caches it again).
     ///

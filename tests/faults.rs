@@ -1,0 +1,227 @@
+//! Faults: cancellation, flushed data and scripts, lost replies.
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::LossReason;
+use rand::Rng;
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_lock_at_random_points_leaves_nothing_behind() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(2);
+        let holders = client(&server.url(), lease).await;
+        let cancelled = client(&server.url(), lease).await;
+        let stop = Instant::now() + Duration::from_secs(60);
+        let done = Arc::new(AtomicUsize::new(0));
+        // Background contention: two tasks hand the lock around.
+        let mut bg = Vec::new();
+        for _ in 0..2 {
+            let lock = holders.lock("cancel").unwrap();
+            let done = done.clone();
+            bg.push(tokio::spawn(async move {
+                while done.load(Ordering::SeqCst) < 1000 && Instant::now() < stop {
+                    let g = lock.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+        let acquired = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for w in 0..8 {
+            let (lock, done, acquired) = (cancelled.lock("cancel").unwrap(), done.clone(), acquired.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..125 {
+                    let cut = Duration::from_micros(rand::thread_rng().gen_range(0..4000));
+                    if (w + i) % 2 == 0 {
+                        // Dropped future (timeout).
+                        if let Ok(Ok(g)) = tokio::time::timeout(cut, lock.lock()).await {
+                            acquired.fetch_add(1, Ordering::SeqCst);
+                            drop(g);
+                        }
+                    } else {
+                        // Aborted task.
+                        let l = lock.clone();
+                        let acquired = acquired.clone();
+                        let t = tokio::spawn(async move {
+                            let g = l.lock().await.unwrap();
+                            acquired.fetch_add(1, Ordering::SeqCst);
+                            g.unlock().await.unwrap();
+                        });
+                        tokio::time::sleep(cut).await;
+                        t.abort();
+                        let _ = t.await;
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for t in bg {
+            t.await.unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 1000);
+        // Released in the background, so long before the lease: no orphan.
+        assert!(
+            eventually(lease, || server.cmd(&["EXISTS", "cancel"]).as_int() == Some(0)).await,
+            "orphan lock held by {:?}",
+            server.cmd(&["HGETALL", "cancel"])
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || cancelled.held_locks() == 0
+                && holders.held_locks() == 0)
+            .await,
+            "renewals leaked"
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || server.pubsub_channels().is_empty()
+                && cancelled.waiting_channels() == 0)
+            .await,
+            "subscriptions leaked: {:?}",
+            server.pubsub_channels()
+        );
+        // And nothing comes back once leases could have run out.
+        tokio::time::sleep(lease).await;
+        assert_eq!(server.cmd(&["EXISTS", "cancel"]).as_int(), Some(0));
+        eprintln!(
+            "{} of 1000 cancelled calls acquired before being cut",
+            acquired.load(Ordering::SeqCst)
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_while_held_is_reported_lost_and_never_recreated() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(1);
+        let c = client(&server.url(), lease).await;
+        let guard = c.lock("flushed").unwrap().lock().await.unwrap();
+        server.flushall();
+        let flushed = Instant::now();
+        let why = tokio::time::timeout(lease / 3 + Duration::from_millis(150), guard.lost())
+            .await
+            .expect("loss reported within one renewal period");
+        assert_eq!(why, LossReason::Gone);
+        assert!(guard.is_lost());
+        eprintln!("loss seen {:?} after FLUSHALL", flushed.elapsed());
+        assert_eq!(c.held_locks(), 1, "the guard still exists");
+        tokio::time::sleep(lease).await;
+        assert_eq!(
+            server.cmd(&["EXISTS", "flushed"]).as_int(),
+            Some(0),
+            "the watchdog did not re-create it"
+        );
+        assert!(matches!(guard.unlock().await, Err(lockwarden::Error::NotHeld { .. })));
+        assert_eq!(c.held_locks(), 0);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_is_invisible() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), Duration::from_millis(300)).await;
+        let port = server.port;
+        let flusher = tokio::spawn(async move {
+            let mut r = Resp::connect(port).unwrap();
+            for _ in 0..100 {
+                r.cmd(&["SCRIPT", "FLUSH"]);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let lock = c.lock("flushing-scripts").unwrap();
+        while !flusher.is_finished() {
+            let g = lock.lock().await.expect("no NOSCRIPT reaches the caller");
+            let g2 = lock.lock().await.unwrap();
+            g2.unlock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            g.unlock().await.unwrap();
+        }
+        let noscript = server
+            .info_field("errorstats", "errorstat_NOSCRIPT")
+            .and_then(|v| v.strip_prefix("count=").map(|n| n.parse::<u64>().unwrap()))
+            .unwrap_or(0);
+        assert!(noscript > 0, "the flushes did hit the lock's calls");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_reply_never_leaves_a_hold_count_off_by_one() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let c = client(&proxy.url(), LONG).await;
+        let lock = c.lock("replayed").unwrap();
+        let field = |g: &lockwarden::LockGuard| g.owner().field().to_string();
+
+        // Acquire: the script runs, its reply is lost, the connection resets.
+        proxy.drop_next_reply();
+        let g1 = lock.lock().await.expect("acquire survives a lost reply");
+        assert_eq!(proxy.dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(server.cmd(&["HGET", "replayed", &field(&g1)]).as_int(), Some(1));
+
+        // Re-entry, then a release whose reply is lost.
+        let g2 = lock.lock().await.unwrap();
+        proxy.drop_next_reply();
+        let g3 = lock.lock().await.unwrap();
+        assert_eq!(proxy.dropped.load(Ordering::SeqCst), 2);
+        assert_eq!(server.cmd(&["HGET", "replayed", &field(&g1)]).as_int(), Some(3));
+        proxy.drop_next_reply();
+        g3.unlock().await.expect("release survives a lost reply");
+        assert_eq!(proxy.dropped.load(Ordering::SeqCst), 3);
+        assert_eq!(server.cmd(&["HGET", "replayed", &field(&g1)]).as_int(), Some(2));
+        g2.unlock().await.unwrap();
+        proxy.drop_next_reply();
+        g1.unlock().await.unwrap();
+        assert_eq!(proxy.dropped.load(Ordering::SeqCst), 4);
+        assert_eq!(server.cmd(&["EXISTS", "replayed"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_lock_and_unlock_is_two_script_calls() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("counted").unwrap();
+        lock.lock().await.unwrap().unlock().await.unwrap(); // scripts cached
+        let before = server.command_calls("evalsha");
+        let cmds_before: u64 = server
+            .info_field("stats", "total_commands_processed")
+            .unwrap()
+            .parse()
+            .unwrap();
+        for _ in 0..100 {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }
+        let cmds_after: u64 = server
+            .info_field("stats", "total_commands_processed")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(server.command_calls("evalsha") - before, 200);
+        assert_eq!(server.command_calls("eval"), 0);
+        // 200 script calls + the INFO call in between; nothing else left the client.
+        let outside_scripts = server.command_calls("evalsha") - before;
+        eprintln!(
+            "redis commands per lock+unlock (scripts' inner commands included): {:.1}",
+            (cmds_after - cmds_before - 1) as f64 / 100.0
+        );
+        assert_eq!(outside_scripts, 200);
+    })
+    .await
+}
