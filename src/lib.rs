@@ -1,5 +1,83 @@
 //! Distributed reentrant locks over Redis, in the style of Redisson's lock
-//! family. (Crate docs are completed below.)
+//! family. A lock is a Redis hash with a lease that a watchdog keeps alive
+//! while you hold it; waiters sleep until an unlock message wakes them.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> lockwarden::Result<()> {
+//! let client = lockwarden::Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("invoices")?;
+//!
+//! // Wait as long as it takes; the watchdog keeps a 30 s lease alive.
+//! let guard = lock.lock().await?;
+//! println!("fencing token {}", guard.token());
+//! guard.unlock().await?;
+//!
+//! // Wait at most 2 s, hold for at most 10 s (never renewed).
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(10)).await? {
+//!     guard.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Which lock when
+//!
+//! - [`Lock::lock`] / [`Lock::try_lock`] with [`Lease::Watchdog`]: the
+//!   default. The hold lasts until you unlock or drop the guard, or until
+//!   your process stops renewing it (crash, partition): then the lease ends
+//!   it within 30 s (configurable with [`ClientBuilder::watchdog_lease`]).
+//! - A fixed lease (`try_lock(wait, Duration)`): when the critical section
+//!   has a known upper bound and you want the lock gone after it whatever
+//!   happens. It is never renewed.
+//! - Reentrancy is per owner: by default the current tokio task. Share a
+//!   hold across tasks with [`LockGuard::owner`] and [`Lock::with_owner`].
+//!
+//! # Guarantees
+//!
+//! - At most one owner holds a lock at a time, *as long as leases are
+//!   honoured* (see below). Reentrant acquisitions need as many releases.
+//! - No acquire or release is applied twice, even when a reply is lost and
+//!   the call is retried: each carries a request id that the scripts record.
+//! - Every fresh hold gets a fencing token strictly greater than all earlier
+//!   tokens of that lock ([`LockGuard::token`]); re-entries share it.
+//! - A guard whose lock was lost (key deleted, flushed, lease run out with
+//!   no confirmed renewal) says so: [`LockGuard::is_lost`],
+//!   [`LockGuard::lost`]. A lost lock is never re-created by the watchdog.
+//! - Cancelling any call leaves nothing held beyond what the caller got;
+//!   dropping a guard releases it in the background and never blocks.
+//! - Waiters are woken by pub/sub, and never sleep longer than the holder's
+//!   remaining lease, so a lost message only delays them.
+//! - A dead or hung server is an error within the command timeout (3 s by
+//!   default), never a hang.
+//!
+//! # What is *not* guaranteed
+//!
+//! A lease-based lock cannot be safe against a holder that stops running
+//! (GC-like pause, SIGSTOP, swapped out) longer than its lease: the lock
+//! expires and someone else gets it while the paused holder still believes
+//! it holds it. Clock jumps on the Redis server, and a failover to a replica
+//! that had not received the lock yet (Redis replication is asynchronous)
+//! break mutual exclusion the same way. Use the fencing token: pass it to the
+//! resource you protect and have it reject writes with a lower token.
+//!
+//! # Differences from Redisson
+//!
+//! - The owner is a tokio task (or an explicit [`Owner`]), not a thread; a
+//!   guard can be unlocked from any task.
+//! - `unlock` by someone who does not hold the lock is a typed error
+//!   ([`Error::NotHeld`]), and unlocking after the lease ran out too.
+//! - Replies lost to a broken connection never double-count a re-entry or a
+//!   release (Redisson's retries can).
+//! - A re-entry with a shorter lease never shortens the current one.
+//! - Fencing tokens come with every lock.
+//! - Keys of another type at the lock's name are reported, never replaced.
+//!
+//! See the README for the Redis data layout.
+
+#![warn(missing_docs)]
 
 mod client;
 mod error;

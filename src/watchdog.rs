@@ -114,10 +114,13 @@ impl Hold {
     }
 }
 
-/// Every live hold of a client, by (lock key, owner field).
+/// A hold's identity: (lock key, owner field).
+type HoldKey = (String, Arc<str>);
+
+/// Every live hold of a client.
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: Mutex<HashMap<(String, Arc<str>), Arc<Hold>>>,
+    map: Mutex<HashMap<HoldKey, Arc<Hold>>>,
 }
 
 impl Holds {
