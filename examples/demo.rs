@@ -12,7 +12,9 @@ use parking_lot::Mutex;
 
 #[tokio::main]
 async fn main() -> lockwarden::Result<()> {
-    let url = std::env::args().nth(1).unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let t0 = Instant::now();
     let say = move |who: &str, what: String| println!("{:>7.1} ms  {who:<9} {what}", t0.elapsed().as_secs_f64() * 1e3);
 
@@ -38,22 +40,51 @@ async fn main() -> lockwarden::Result<()> {
     }
 
     println!("\n== reentrancy: nested lock() calls in one task");
-    let client = Client::builder(&url).watchdog_lease(Duration::from_secs(1)).build().await?;
+    let client = Client::builder(&url)
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .await?;
     let lock = client.lock("demo:nested")?;
     let outer = lock.lock().await?;
     let inner = lock.lock().await?;
-    say("main", format!("depth {} then {}, hold count in Redis {}", outer.depth(), inner.depth(), lock.hold_count().await?));
+    say(
+        "main",
+        format!(
+            "depth {} then {}, hold count in Redis {}",
+            outer.depth(),
+            inner.depth(),
+            lock.hold_count().await?
+        ),
+    );
     let other = lock.clone();
-    let excluded = tokio::spawn(async move { other.try_lock(Duration::ZERO, Lease::Watchdog).await.map(|g| g.is_none()) });
-    say("main", format!("another task is excluded: {}", excluded.await.expect("task panicked")?));
+    let excluded = tokio::spawn(async move {
+        other
+            .try_lock(Duration::ZERO, Lease::Watchdog)
+            .await
+            .map(|g| g.is_none())
+    });
+    say(
+        "main",
+        format!("another task is excluded: {}", excluded.await.expect("task panicked")?),
+    );
     inner.unlock().await?;
-    say("main", format!("after one unlock the hold count is {}", lock.hold_count().await?));
+    say(
+        "main",
+        format!("after one unlock the hold count is {}", lock.hold_count().await?),
+    );
 
     println!("\n== watchdog: a 1 s lease kept alive for 3 s");
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let left = lock.remaining_lease().await?.unwrap_or_default();
-        say("watchdog", format!("still held, {} ms of lease left, lost: {}", left.as_millis(), outer.is_lost()));
+        say(
+            "watchdog",
+            format!(
+                "still held, {} ms of lease left, lost: {}",
+                left.as_millis(),
+                outer.is_lost()
+            ),
+        );
     }
     outer.unlock().await?;
     say("main", format!("released; locked now: {}", lock.is_locked().await?));
@@ -68,12 +99,22 @@ async fn main() -> lockwarden::Result<()> {
         *s = (token, value.to_string());
         Ok(format!("accepted write {value:?} with token {token}"))
     };
-    let slow = client.lock("demo:fenced")?.try_lock(Duration::ZERO, Duration::from_millis(200)).await?.expect("free");
+    let slow = client
+        .lock("demo:fenced")?
+        .try_lock(Duration::ZERO, Duration::from_millis(200))
+        .await?
+        .expect("free");
     let slow_token = slow.token();
-    say("slow", format!("holds token {slow_token} with a 200 ms lease, then stalls"));
+    say(
+        "slow",
+        format!("holds token {slow_token} with a 200 ms lease, then stalls"),
+    );
     let fast_client = Client::connect(&url).await?;
     let fast = fast_client.lock("demo:fenced")?.lock().await?;
-    say("fast", format!("got the lock after the lease ran out, token {}", fast.token()));
+    say(
+        "fast",
+        format!("got the lock after the lease ran out, token {}", fast.token()),
+    );
     say("fast", write(fast.token(), "fresh").unwrap_or_else(|e| e));
     say("slow", format!("wakes up, lock lost: {}", slow.is_lost()));
     say("slow", write(slow_token, "stale").unwrap_or_else(|e| e));
