@@ -155,7 +155,7 @@ fn benches(c: &mut Criterion) {
             (after - cmds - 1) as f64 / 1000.0
         );
     });
-    drop(rt.block_on(async move { drop((a, b)) }));
+    rt.block_on(async move { drop((a, b)) });
 }
 
 criterion_group!(lock_benches, benches);
