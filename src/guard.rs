@@ -161,66 +161,138 @@ impl LockGuard {
     ///
     /// [`Error::NotHeld`] when the lock is no longer held by this owner (its
     /// lease ran out, it was force-unlocked or flushed): nothing was changed.
-    /// Redis errors when the release could not be confirmed; the lease bounds
-    /// the hold then, since renewal stopped.
+    /// Redis errors when the release could not be confirmed; it is re-sent in
+    /// the background, and the lease bounds the hold, since renewal stopped.
     ///
     /// # Cancel safety
     ///
-    /// Renewal stops before the first await. The release runs in its own task,
-    /// so dropping this future does not stop it; only its result is lost.
+    /// Renewal stops before the first await. If this future is dropped while
+    /// the release is in flight, the same release request is settled in the
+    /// background; only its result is lost.
     pub async fn unlock(mut self) -> Result<()> {
-        match self.release().await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Connection {
-                op: "release",
-                message: "the runtime dropped the release task".into(),
-            }),
-        }
+        self.begin_release().run().await
     }
 
-    fn release(&mut self) -> tokio::task::JoinHandle<Result<()>> {
+    /// Local bookkeeping of a release: stops renewal of the last level.
+    fn begin_release(&mut self) -> Release {
         let pin = self.pin.take();
         let watchdog = self.lease == Lease::Watchdog;
         let (still_watched, must_release) = self.inner.holds.leave(&self.hold, watchdog);
-        // A level released under a renewed hold gives the rest a full lease.
-        let relet = if still_watched {
-            self.inner.settings.watchdog_lease
-        } else {
-            Duration::ZERO
+        Release {
+            inner: self.inner.clone(),
+            keys: self.keys.clone(),
+            hold: self.hold.clone(),
+            // A level released under a renewed hold gives the rest a full lease.
+            relet: if still_watched {
+                self.inner.settings.watchdog_lease
+            } else {
+                Duration::ZERO
+            },
+            // `Lock::unlock` may have released this level already.
+            must_release,
+            _pin: pin,
+        }
+    }
+}
+
+struct Release {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    hold: Arc<Hold>,
+    relet: Duration,
+    must_release: bool,
+    /// Keeps the task's owner mapping alive until the release is done.
+    _pin: Option<OwnerPin>,
+}
+
+impl Release {
+    async fn run(self) -> Result<()> {
+        if !self.must_release {
+            return Ok(());
+        }
+        // Armed before the await: dropping this future mid-call re-sends too.
+        let mut pending = Resend {
+            release: Some(self.clone_parts()),
+            request: self.inner.request_id(),
+            sent_at: Instant::now(),
         };
-        let inner = self.inner.clone();
-        let keys = self.keys.clone();
-        let hold = self.hold.clone();
-        inner.spawner().spawn(async move {
-            if !must_release {
-                // `Lock::unlock` released this level already.
-                drop(pin);
-                return Ok(());
+        let res = self
+            .inner
+            .node
+            .release(&self.keys, &self.hold.owner_field, self.relet, &pending.request)
+            .await;
+        if !matches!(&res, Err(e) if e.is_outcome_unknown()) {
+            pending.release = None;
+        }
+        drop(pending);
+        match res {
+            Ok(ReleaseReply::Released) => {
+                tracing::trace!(lock = %self.keys.name, "released");
+                Ok(())
             }
-            let request = inner.request_id();
-            let res = inner.node.release(&keys, &hold.owner_field, relet, &request).await;
-            drop(pin);
-            match res {
-                Ok(ReleaseReply::Released) => {
-                    tracing::trace!(lock = %keys.name, "released");
-                    Ok(())
-                }
-                Ok(ReleaseReply::StillHeld(n)) => {
-                    tracing::trace!(lock = %keys.name, remaining = n, "left one level");
-                    Ok(())
-                }
-                Ok(ReleaseReply::NotHeld) => {
-                    hold.mark_lost(LossReason::NotHeld);
-                    Err(Error::NotHeld {
-                        name: keys.name.clone(),
-                    })
-                }
-                Err(e) => {
-                    tracing::debug!(lock = %keys.name, error = %e, "release failed; the lease bounds the hold");
-                    Err(e)
+            Ok(ReleaseReply::StillHeld(n)) => {
+                tracing::trace!(lock = %self.keys.name, remaining = n, "left one level");
+                Ok(())
+            }
+            Ok(ReleaseReply::NotHeld) => {
+                self.hold.mark_lost(LossReason::NotHeld);
+                Err(Error::NotHeld {
+                    name: self.keys.name.clone(),
+                })
+            }
+            Err(e) => {
+                tracing::debug!(lock = %self.keys.name, error = %e, "release unconfirmed; re-sending in the background");
+                Err(e)
+            }
+        }
+    }
+
+    fn clone_parts(&self) -> Release {
+        Release {
+            inner: self.inner.clone(),
+            keys: self.keys.clone(),
+            hold: self.hold.clone(),
+            relet: self.relet,
+            must_release: self.must_release,
+            _pin: None,
+        }
+    }
+}
+
+/// A release request whose outcome is unknown (reply lost, or the `unlock`
+/// future dropped mid-call). On drop it re-sends the same request in the
+/// background until the server answers: the request's record makes a second
+/// run a no-op. Re-sends stop well inside the record's lifetime, so a late
+/// one can never subtract a second level.
+struct Resend {
+    /// Set while the outcome is unknown.
+    release: Option<Release>,
+    request: String,
+    sent_at: Instant,
+}
+
+impl Drop for Resend {
+    fn drop(&mut self) {
+        let Some(release) = self.release.take() else { return };
+        let request = std::mem::take(&mut self.request);
+        let give_up = self.sent_at + release.inner.node.record_ttl / 2;
+        release.inner.spawner().spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            loop {
+                let r = release.inner.node.release(&release.keys, &release.hold.owner_field, release.relet, &request).await;
+                match r {
+                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %release.keys.name, error = %e, "release still unconfirmed; the lease bounds the hold");
+                        break;
+                    }
+                    Ok(_) => break,
                 }
             }
-        })
+        });
     }
 }
 
@@ -229,7 +301,10 @@ impl Drop for LockGuard {
         if self.pin.is_some() {
             // Detached: never block or panic in drop. With no runtime left the
             // task is dropped and the lease frees the lock.
-            drop(self.release());
+            let release = self.begin_release();
+            self.inner.spawner().spawn(async move {
+                let _ = release.run().await;
+            });
         }
     }
 }

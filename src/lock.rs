@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
 use crate::client::{check_lease, check_wait, Inner};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -352,38 +350,36 @@ impl Lock {
         }
     }
 
-    /// One acquire script call, run in its own task: if this future is
-    /// dropped mid-call, the task still learns the outcome and releases what
-    /// it acquired. Returns the guard, or the holder's PTTL.
+    /// One acquire script call. Returns the guard, or the holder's PTTL.
+    ///
+    /// From the moment the script may run until its reply is turned into a
+    /// guard, a [`Reconcile`] is armed: if this future is dropped, or the
+    /// reply is lost, it settles the request in the background.
     async fn attempt(&self, pin: &OwnerPin, lease: Lease) -> Result<std::result::Result<LockGuard, i64>> {
-        let inner = self.inner.clone();
-        let keys = self.keys.clone();
-        let field = pin.owner.field.clone();
         let lease_ms = match lease {
-            Lease::Watchdog => inner.settings.watchdog_lease,
+            Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = inner.request_id();
+        let mut pending = Reconcile {
+            inner: self.inner.clone(),
+            keys: self.keys.clone(),
+            field: pin.owner.field.clone(),
+            lease: lease_ms,
+            request: self.inner.request_id(),
+            pin: Some(pin.duplicate()),
+            armed: true,
+        };
         let sent_at = Instant::now();
-        let (tx, rx) = oneshot::channel();
-        let task_pin = pin.duplicate();
-        let spawner = inner.spawner();
-        spawner.spawn(async move {
-            let res = inner.node.acquire(&keys, &field, lease_ms, &request).await;
-            if let Err(Ok(AcquireReply::Acquired { .. })) = tx.send(res) {
-                // The caller is gone: undo the level it would have owned.
-                let undo = inner.request_id();
-                if let Err(e) = inner.node.release(&keys, &field, Duration::ZERO, &undo).await {
-                    tracing::warn!(lock = %keys.name, error = %e, "releasing the lock of a cancelled acquire failed; its lease bounds it");
-                }
-            }
-            drop(task_pin);
-        });
-        let reply = rx.await.map_err(|_| Error::Connection {
-            op: "acquire",
-            message: "the runtime dropped the acquire task".into(),
-        })??;
-        Ok(match reply {
+        let reply = self
+            .inner
+            .node
+            .acquire(&self.keys, &pin.owner.field, lease_ms, &pending.request)
+            .await;
+        match &reply {
+            Err(e) if e.is_outcome_unknown() => {} // stays armed
+            _ => pending.armed = false,
+        }
+        Ok(match reply? {
             AcquireReply::Acquired { token, count } => Ok(LockGuard::new(
                 self.inner.clone(),
                 self.keys.clone(),
@@ -395,6 +391,58 @@ impl Lock {
             )),
             AcquireReply::Held { pttl } => Err(pttl),
         })
+    }
+}
+
+/// An acquire request whose outcome nobody will act on: dropped mid-call, or
+/// its reply lost. On drop it sends the same request again in the background
+/// (replies come in order on the connection, so the re-send finds the record
+/// of the first if it ran, or acquires now if it did not) and gives back the
+/// level it got, so nothing stays held by nobody.
+struct Reconcile {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    lease: Duration,
+    request: String,
+    pin: Option<OwnerPin>,
+    armed: bool,
+}
+
+impl Drop for Reconcile {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (inner, keys, field, lease) = (self.inner.clone(), self.keys.clone(), self.field.clone(), self.lease);
+        let request = std::mem::take(&mut self.request);
+        let pin = self.pin.take();
+        inner.spawner().spawn(async move {
+            let give_up = Instant::now() + lease;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match inner.node.acquire(&keys, &field, lease, &request).await {
+                    Ok(AcquireReply::Acquired { .. }) => {
+                        undo_level(&inner, &keys, &field).await;
+                        break;
+                    }
+                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                    _ => break,
+                }
+            }
+            drop(pin);
+        });
+    }
+}
+
+/// Releases one level of `owner` that nobody will own a guard for.
+async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str) {
+    let request = inner.request_id();
+    if let Err(e) = inner.node.release(keys, owner, Duration::ZERO, &request).await {
+        tracing::warn!(lock = %keys.name, error = %e, "undoing an acquisition nobody received failed; its lease bounds it");
     }
 }
 

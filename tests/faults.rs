@@ -225,3 +225,60 @@ async fn uncontended_lock_and_unlock_is_two_script_calls() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_failing_for_a_whole_lease_report_the_lock_lost() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(1);
+        let c = lockwarden::Client::builder(&server.url())
+            .watchdog_lease(lease)
+            .command_timeout(Duration::from_millis(200))
+            .build()
+            .await
+            .unwrap();
+        let guard = c.lock("unconfirmed").unwrap().lock().await.unwrap();
+        let acquired = Instant::now();
+        server.pause();
+        let why = tokio::time::timeout(lease * 3, guard.lost())
+            .await
+            .expect("loss reported");
+        let after = acquired.elapsed();
+        server.resume();
+        assert_eq!(why, LossReason::RenewalFailed);
+        // Not before a lease could have run out, and at most one renewal period after.
+        assert!(after >= lease, "reported lost too early: {after:?}");
+        assert!(
+            after <= lease + lease / 3 + Duration::from_millis(300),
+            "reported late: {after:?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_never_comes_is_undone_once_the_server_answers() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let c = lockwarden::Client::builder(&server.url())
+            .command_timeout(Duration::from_millis(200))
+            .build()
+            .await
+            .unwrap();
+        let lock = c.lock("paused-acquire").unwrap();
+        server.pause();
+        let e = lock.try_lock(Duration::ZERO, LONG).await.unwrap_err();
+        assert!(e.is_outcome_unknown(), "{e}");
+        server.resume(); // the queued script now runs and takes the lock
+        assert!(
+            eventually(Duration::from_secs(3), || server
+                .cmd(&["EXISTS", "paused-acquire"])
+                .as_int()
+                == Some(0))
+            .await,
+            "an acquisition nobody received is held for its 30 s lease: {:?}",
+            server.cmd(&["HGETALL", "paused-acquire"])
+        );
+    })
+    .await
+}
