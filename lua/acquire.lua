@@ -26,27 +26,31 @@ if rec then
   return {1, tonumber(token), tonumber(count)}
 end
 
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. kind)
-end
-local tkind = redis.call('TYPE', KEYS[2])['ok']
-if tkind ~= 'none' and tkind ~= 'string' then
-  return redis.error_reply('WRONGTYPE ' .. tkind .. ' at the token key')
+-- Wrong types surface on the first command touching each key, before any
+-- write: pcall turns them into a WRONGTYPE reply naming the type found.
+local function wrongtype(key)
+  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', key)['ok'])
 end
 
 local token
 local count
-if kind == 'none' then
-  token = redis.call('INCR', KEYS[2])
-  count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'table' then return wrongtype(KEYS[2]) end
+  redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  token = tonumber(redis.call('GET', KEYS[2]) or '0')
+  count = 1
+else
+  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
+  if mine == 0 then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  token = redis.pcall('GET', KEYS[2])
+  if type(token) == 'table' then return wrongtype(KEYS[2]) end
+  token = tonumber(token or '0')
   count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-else
-  return {0, redis.call('PTTL', KEYS[1])}
 end
 
 redis.call('SET', KEYS[3], token .. ':' .. count, 'PX', ARGV[3])

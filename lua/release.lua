@@ -17,7 +17,9 @@
 --
 -- Side effects: HINCRBY -1 of the owner's field; at zero the field is removed
 -- (the hash, which has no other field, goes with it) and the channel is told.
--- KEYS[3] records the reply, so a replayed release never subtracts twice.
+-- KEYS[3] records the reply, so a replayed release never subtracts twice, even
+-- the last level's (its re-send could otherwise meet a new hold of the same
+-- owner).
 
 local rec = redis.call('GET', KEYS[3])
 if rec then

@@ -146,6 +146,10 @@ impl ClientBuilder {
                 command_timeout,
             },
             next_request: AtomicU64::new(0),
+            request_nonce: {
+                let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
+                hi ^ lo
+            },
             runtime: runtime.clone(),
         });
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
@@ -222,15 +226,16 @@ pub(crate) struct Inner {
     pub(crate) holds: Holds,
     pub(crate) settings: Settings,
     next_request: AtomicU64,
+    request_nonce: u64,
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl Inner {
-    /// A request id, unique across clients (the client uuid) and within this
-    /// client (a counter).
+    /// A request id: unique within this client (a counter) and across clients
+    /// (a random 64-bit nonce per client; shorter keys than the uuid).
     pub(crate) fn request_id(&self) -> String {
         let n = self.next_request.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n:x}", self.uuid)
+        format!("{:016x}{n:x}", self.request_nonce)
     }
 
     /// Where background work (release after drop or cancel) is spawned:

@@ -106,28 +106,35 @@ impl Node {
         argv.extend(args);
         let mut backoff = Duration::from_millis(10);
         let mut use_eval = false;
+        let mut attempt = 0u32;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout { op: script.op, timeout });
             }
-            let opts = Options {
-                max_attempts: Some(1),
-                timeout: Some(left),
-                ..Default::default()
-            };
             let cmd = if use_eval {
                 argv[0] = script.src.into();
                 CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false)
             } else {
                 CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false)
             };
-            match self
-                .client
-                .with_options(&opts)
-                .custom::<R, Value>(cmd, argv.clone())
-                .await
-            {
+            // The client's defaults are one attempt and `command_timeout`; per-call
+            // options (a timer per call) only when the call needs less time.
+            let reply = if attempt == 0 && timeout == self.command_timeout {
+                self.client.custom::<R, Value>(cmd, argv.clone()).await
+            } else {
+                let opts = Options {
+                    max_attempts: Some(1),
+                    timeout: Some(left),
+                    ..Default::default()
+                };
+                self.client
+                    .with_options(&opts)
+                    .custom::<R, Value>(cmd, argv.clone())
+                    .await
+            };
+            attempt += 1;
+            match reply {
                 Ok(r) => return Ok(r),
                 Err(e) if !use_eval && e.details().starts_with("NOSCRIPT") => {
                     tracing::debug!(op = script.op, "script cache empty (NOSCRIPT), sending the script");
