@@ -219,7 +219,14 @@ impl Release {
         let res = self
             .inner
             .node
-            .release(&self.keys, &self.hold.owner_field, self.relet, &pending.request)
+            .release(
+                &self.keys,
+                &self.hold.owner_field,
+                Some(self.hold.token),
+                self.relet,
+                &pending.request,
+                false,
+            )
             .await;
         if !matches!(&res, Err(e) if e.is_outcome_unknown()) {
             pending.release = None;
@@ -279,7 +286,11 @@ impl Drop for Resend {
         release.inner.spawner().spawn(async move {
             let mut pause = Duration::from_millis(50);
             loop {
-                let r = release.inner.node.release(&release.keys, &release.hold.owner_field, release.relet, &request).await;
+                let r = release
+                    .inner
+                    .node
+                    .release(&release.keys, &release.hold.owner_field, Some(release.hold.token), release.relet, &request, true)
+                    .await;
                 match r {
                     Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
                         tokio::time::sleep(pause).await;

@@ -262,7 +262,11 @@ impl Lock {
         let keys = self.keys.clone();
         let task = self.inner.spawner().spawn(async move {
             let request = inner.request_id();
-            let res = inner.node.release(&keys, &owner.field, Duration::ZERO, &request).await;
+            let token = hold.as_ref().map(|h| h.token);
+            let res = inner
+                .node
+                .release(&keys, &owner.field, token, Duration::ZERO, &request, false)
+                .await;
             if let (Some(h), Ok(ReleaseReply::NotHeld) | Err(_)) = (&hold, &res) {
                 inner.holds.released_elsewhere(h, -1);
             }
@@ -422,8 +426,8 @@ impl Drop for Reconcile {
             let mut pause = Duration::from_millis(50);
             loop {
                 match inner.node.acquire(&keys, &field, lease, &request).await {
-                    Ok(AcquireReply::Acquired { .. }) => {
-                        undo_level(&inner, &keys, &field).await;
+                    Ok(AcquireReply::Acquired { token, .. }) => {
+                        undo_level(&inner, &keys, &field, token).await;
                         break;
                     }
                     Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
@@ -439,9 +443,13 @@ impl Drop for Reconcile {
 }
 
 /// Releases one level of `owner` that nobody will own a guard for.
-async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str) {
+async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str, token: u64) {
     let request = inner.request_id();
-    if let Err(e) = inner.node.release(keys, owner, Duration::ZERO, &request).await {
+    if let Err(e) = inner
+        .node
+        .release(keys, owner, Some(token), Duration::ZERO, &request, false)
+        .await
+    {
         tracing::warn!(lock = %keys.name, error = %e, "undoing an acquisition nobody received failed; its lease bounds it");
     }
 }

@@ -98,6 +98,18 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<R> {
+        self.run_counted(script, keys, args, timeout).await.map(|(r, _)| r)
+    }
+
+    /// [`Node::run`], also saying whether the request was written more than
+    /// once (its first reply was lost).
+    async fn run_counted<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: Vec<Value>,
+        timeout: Duration,
+    ) -> Result<(R, bool)> {
         let deadline = Instant::now() + timeout;
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(script.sha.as_str().into());
@@ -107,6 +119,7 @@ impl Node {
         let mut backoff = Duration::from_millis(10);
         let mut use_eval = false;
         let mut attempt = 0u32;
+        let mut resent = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -135,7 +148,7 @@ impl Node {
             };
             attempt += 1;
             match reply {
-                Ok(r) => return Ok(r),
+                Ok(r) => return Ok((r, resent)),
                 Err(e) if !use_eval && e.details().starts_with("NOSCRIPT") => {
                     tracing::debug!(op = script.op, "script cache empty (NOSCRIPT), sending the script");
                     use_eval = true;
@@ -147,6 +160,7 @@ impl Node {
                         return Err(err);
                     }
                     tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
+                    resent = true;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(200));
                 }
@@ -182,25 +196,31 @@ impl Node {
         }
     }
 
-    /// Leaves one level of `owner`'s hold. `relet` is re-applied as the lease
-    /// while levels remain (zero leaves the TTL alone).
+    /// Leaves one level of `owner`'s hold whose fencing token is `token`
+    /// (`None`: whichever hold the owner has). `relet` is re-applied as the
+    /// lease while levels remain (zero leaves the TTL alone). `resent` says
+    /// the request was sent before with its outcome unknown.
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
         owner: &str,
+        token: Option<u64>,
         relet: Duration,
         request: &str,
+        resent: bool,
     ) -> Result<ReleaseReply> {
         let rec = format!("{}{request}", keys.req_prefix);
-        let reply: i64 = self
-            .run(
+        let token_arg: Value = token.map_or_else(|| "".into(), |t| (t as i64).into());
+        let (reply, written_twice): (i64, bool) = self
+            .run_counted(
                 &RELEASE,
-                &[&keys.lock, &keys.channel, &rec],
+                &[&keys.lock, &keys.channel, &rec, &keys.token],
                 vec![
                     owner.into(),
                     ms(relet).into(),
                     ms(self.record_ttl).into(),
                     UNLOCK_MESSAGE.into(),
+                    token_arg,
                 ],
                 self.command_timeout,
             )
@@ -208,6 +228,10 @@ impl Node {
         Ok(match reply {
             0 => ReleaseReply::Released,
             n if n > 0 => ReleaseReply::StillHeld(n as u64),
+            // A re-sent release that finds no hold of ours: the first send
+            // freed the lock (no record is kept for that), or the hold was
+            // gone already. Either way the lock is not ours any more.
+            _ if resent || written_twice => ReleaseReply::Released,
             _ => ReleaseReply::NotHeld,
         })
     }

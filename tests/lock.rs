@@ -615,3 +615,24 @@ fn futures_and_guards_are_send() {
     }
     let _ = check;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("generations").unwrap();
+        let old = lock.lock().await.unwrap();
+        assert!(lock.force_unlock().await.unwrap());
+        // Same task, same owner: a fresh hold with a higher token.
+        let new = lock.lock().await.unwrap();
+        assert_eq!(new.owner(), old.owner());
+        assert!(new.token() > old.token());
+        assert!(old.is_lost(), "the fresh hold supersedes the old one");
+        assert!(matches!(old.unlock().await, Err(Error::NotHeld { .. })));
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "the new hold is untouched");
+        new.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await
+}
