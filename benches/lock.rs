@@ -30,7 +30,15 @@ struct Setup {
     a: Client,
     b: Client,
     sha: String,
+    /// Raw fred clients for the handoff floor: a command client and a
+    /// subscriber, as a waiting lock client would have.
+    floor_cmd: fred::clients::Client,
+    floor_sub: fred::clients::SubscriberClient,
+    release_sha: String,
 }
+
+/// A release-like script: delete and publish.
+const BARE_RELEASE: &str = "redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], '0') return 0";
 
 async fn ping(s: &Setup, n: u64, out: &mut Vec<Duration>) {
     for _ in 0..n {
@@ -93,6 +101,34 @@ async fn handoffs(s: &Setup, n: u64, out: &mut Vec<Duration>) {
     guard.unlock().await.unwrap();
 }
 
+/// The floor a handoff is compared with: a release-like script (DEL +
+/// PUBLISH) from client A, the message reaching a raw fred subscriber, then
+/// one acquire script from the waiter's command client: two script round
+/// trips plus one pub/sub delivery, with no lock logic.
+async fn handoff_floor(s: &Setup, n: u64, out: &mut Vec<Duration>) {
+    use fred::prelude::EventInterface;
+    for _ in 0..n {
+        let mut rx = s.floor_sub.message_rx();
+        let (cmd, sha) = (s.floor_cmd.clone(), s.sha.clone());
+        let waiter = tokio::spawn(async move {
+            let _ = rx.recv().await;
+            let _: Option<i64> = cmd.evalsha(&sha, "bench:floor", vec!["30000", "waiter"]).await.unwrap();
+            Instant::now()
+        });
+        let busy_until = Instant::now() + Duration::from_micros(500);
+        while Instant::now() < busy_until {
+            tokio::task::yield_now().await;
+        }
+        let t0 = Instant::now();
+        let _: i64 =
+            s.a.redis()
+                .evalsha(&s.release_sha, vec!["bench:floor", "bench:floor:ch"], ())
+                .await
+                .unwrap();
+        out.push(waiter.await.unwrap() - t0);
+    }
+}
+
 fn percentile(v: &mut [Duration], q: f64) -> f64 {
     v.sort();
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
@@ -112,8 +148,24 @@ fn benches(c: &mut Criterion) {
             Client::connect(&url).await.unwrap(),
             Client::connect(&url).await.unwrap(),
         );
+        use fred::prelude::PubsubInterface;
         let sha: String = a.redis().script_load(BARE_ACQUIRE).await.unwrap();
-        Setup { a, b, sha }
+        let release_sha: String = a.redis().script_load(BARE_RELEASE).await.unwrap();
+        let config = fred::prelude::Config::from_url(&url).unwrap();
+        let builder = fred::prelude::Builder::from_config(config);
+        let floor_cmd = builder.build().unwrap();
+        floor_cmd.init().await.unwrap();
+        let floor_sub = builder.build_subscriber_client().unwrap();
+        floor_sub.init().await.unwrap();
+        floor_sub.subscribe("bench:floor:ch").await.unwrap();
+        Setup {
+            a,
+            b,
+            sha,
+            floor_cmd,
+            floor_sub,
+            release_sha,
+        }
     }));
     let lock = setup.a.lock("bench:w1").unwrap();
 
@@ -168,27 +220,30 @@ fn benches(c: &mut Criterion) {
     let s2 = setup.clone();
     let l3 = lock.clone();
     let summary = rt.block_on(rt.spawn(async move {
-        let (mut p, mut e, mut l, mut h) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut p, mut e, mut l, mut h, mut f) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..20 {
             ping(&s2, 500, &mut p).await;
             evalsha_x2(&s2, 500, &mut e).await;
             lock_unlock(&l3, 500, &mut l).await;
             handoffs(&s2, 50, &mut h).await;
+            handoff_floor(&s2, 50, &mut f).await;
         }
-        (p, e, l, h)
+        (p, e, l, h, f)
     }));
-    let (mut p, mut e, mut l, mut h) = summary.unwrap();
-    let (p50p, p50e, p50l, p50h) = (
+    let (mut p, mut e, mut l, mut h, mut f) = summary.unwrap();
+    let (p50p, p50e, p50l, p50h, p50f) = (
         percentile(&mut p, 0.5),
         percentile(&mut e, 0.5),
         percentile(&mut l, 0.5),
         percentile(&mut h, 0.5),
+        percentile(&mut f, 0.5),
     );
     for (name, v, p50) in [
         ("ping", &mut p, p50p),
         ("evalsha_x2", &mut e, p50e),
         ("lock_unlock", &mut l, p50l),
         ("handoff", &mut h, p50h),
+        ("handoff_floor", &mut f, p50f),
     ] {
         println!(
             "{{\"bench\":\"{name}\",\"samples\":{},\"p50_us\":{p50:.1},\"p99_us\":{:.1}}}",
@@ -197,9 +252,11 @@ fn benches(c: &mut Criterion) {
         );
     }
     println!(
-        "{{\"lock_unlock_over_evalsha_x2\":{:.2},\"handoff_over_ping\":{:.2}}}",
+        "{{\"lock_unlock_over_evalsha_x2\":{:.2},\"handoff_over_ping\":{:.2},\"handoff_floor_over_ping\":{:.2},\"handoff_over_floor\":{:.2}}}",
         p50l / p50e,
-        p50h / p50p
+        p50h / p50p,
+        p50f / p50p,
+        p50h / p50f
     );
 
     // Server-side cost of one uncontended lock + unlock.
