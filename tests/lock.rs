@@ -636,3 +636,33 @@ async fn a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner() 
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_all_held_locks_in_batches_of_a_hundred() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let c = client(&server.url(), lease).await;
+        let mut guards = Vec::new();
+        for i in 0..250 {
+            guards.push(c.lock(&format!("batch-{i}")).unwrap().lock().await.unwrap());
+        }
+        let before_tick = server.command_calls("evalsha");
+        assert!(
+            eventually(lease, || server.command_calls("evalsha") > before_tick).await,
+            "no renewal tick"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await; // the tick's calls are concurrent
+        let per_tick = server.command_calls("evalsha") - before_tick;
+        assert_eq!(per_tick, 3, "250 locks renew in ceil(250/100) script calls");
+        tokio::time::sleep(lease).await;
+        for i in (0..250).step_by(50) {
+            let pttl = server.cmd(&["PTTL", &format!("batch-{i}")]).as_int().unwrap();
+            assert!(pttl > 500, "batch-{i} renewed: {pttl}");
+        }
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+    })
+    .await
+}
