@@ -1,14 +1,17 @@
 -- force_unlock: delete a lock whoever holds it, and wake its waiters.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the lock's unlock channel
--- ARGV[1]  message to publish on KEYS[2]
+-- KEYS[2]  the lock's unlock channel (non-fair waiters)
+-- KEYS[3]  the waiter queue (fair waiters; absent for a non-fair lock)
+-- ARGV[1]  message to publish
+-- ARGV[2]  prefix of the fair waiters' wake channels
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type>" when KEYS[1] is not a hash; nothing is deleted
 --
--- Side effects: DEL of KEYS[1] and a PUBLISH on KEYS[2] when it existed.
--- The fencing-token counter is kept, so tokens keep increasing.
+-- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], and one on the wake
+-- channel of the queue's head when there is one. The fencing-token counter
+-- and the queue are kept, so tokens keep increasing and fair order stays.
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
@@ -19,4 +22,8 @@ if kind ~= 'hash' then
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', KEYS[2], ARGV[1])
+local head = redis.pcall('LINDEX', KEYS[3], 0)
+if type(head) == 'string' then
+  redis.call('PUBLISH', ARGV[2] .. head, ARGV[1])
+end
 return 1

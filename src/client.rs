@@ -18,6 +18,9 @@ use crate::watchdog::{self, Holds};
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 /// The default per-call Redis timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+/// The default time after which a fair-lock waiter that stopped refreshing
+/// its place in the queue is evicted.
+pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Shortest accepted watchdog lease: renewing every lease/3 must leave room
@@ -42,9 +45,19 @@ pub struct ClientBuilder {
     watchdog_lease: Duration,
     command_timeout: Duration,
     connect_timeout: Duration,
+    fair_waiter_timeout: Duration,
 }
 
 impl ClientBuilder {
+    /// Fair locks: how long a queued waiter may go without refreshing its
+    /// place before it is evicted (a waiter whose process died). Live
+    /// waiters refresh every third of it, whatever the holder does. Defaults
+    /// to 5 s; must be within 100 ms ..= 30 days.
+    pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_waiter_timeout = timeout;
+        self
+    }
+
     /// Prefix put before every lock name to form its key. Defaults to `""`
     /// (the key is the lock name, as in Redisson).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -90,6 +103,11 @@ impl ClientBuilder {
         check_duration("watchdog lease", self.watchdog_lease, MIN_WATCHDOG_LEASE)?;
         check_duration("command timeout", self.command_timeout, Duration::from_millis(1))?;
         check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
+        check_duration(
+            "fair waiter timeout",
+            self.fair_waiter_timeout,
+            Duration::from_millis(100),
+        )?;
         if self.prefix.len() > crate::keys::MAX_NAME_LEN / 2 {
             return Err(Error::Config("the key prefix is longer than 256 bytes".into()));
         }
@@ -132,6 +150,7 @@ impl ClientBuilder {
             // Long enough to outlive every retry of the call that wrote it
             // (bounded by the command timeout), with a wide margin.
             record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
+            waiter_timeout: self.fair_waiter_timeout,
         };
         node.load_scripts().await;
         let inner = Arc::new(Inner {
@@ -300,6 +319,7 @@ impl Client {
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
         }
     }
 
@@ -326,6 +346,20 @@ impl Client {
     /// form one non-empty `{hash tag}`.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
+    }
+
+    /// A handle on the fair lock `name`: waiters get it in the order they
+    /// asked for it, and an unlock wakes only the next one. Same API and
+    /// guarantees as [`Client::lock`]; use one kind per name (a non-fair
+    /// acquire ignores the queue). Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`].
+    pub fn fair_lock(&self, name: &str) -> Result<Lock> {
+        let mut keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        keys.fair = true;
         Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
     }
 

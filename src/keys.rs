@@ -9,6 +9,9 @@
 //! | unlock channel | `lockwarden:{PN}:channel` |
 //! | fencing-token counter | `lockwarden:{PN}:token` |
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
+//! | fair lock: waiter queue (list) | `lockwarden:{PN}:queue` |
+//! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
+//! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<owner-field>` |
 //!
 //! When `PN` already contains a hash tag (`orders{eu}`), the braces are not
 //! added again: `lockwarden:orders{eu}:channel` hashes on `eu` like the lock.
@@ -32,6 +35,12 @@ pub(crate) struct LockKeys {
     pub token: String,
     /// `lockwarden:{PN}:req:`; a request id is appended.
     pub req_prefix: String,
+    pub queue: String,
+    pub timeouts: String,
+    /// `lockwarden:{PN}:wake:`; an owner field is appended.
+    pub wake_prefix: String,
+    /// Whether this handle uses the fair (FIFO) scripts.
+    pub fair: bool,
 }
 
 impl LockKeys {
@@ -63,6 +72,10 @@ impl LockKeys {
             channel: format!("{base}:channel"),
             token: format!("{base}:token"),
             req_prefix: format!("{base}:req:"),
+            queue: format!("{base}:queue"),
+            timeouts: format!("{base}:timeouts"),
+            wake_prefix: format!("{base}:wake:"),
+            fair: false,
         })
     }
 }
@@ -110,6 +123,9 @@ mod tests {
             assert_eq!(slot(&k.lock), slot(&k.channel), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&k.token), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&format!("{}abc", k.req_prefix)), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&k.queue), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&k.timeouts), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&format!("{}u:1", k.wake_prefix)), "{k:?}");
         }
     }
 

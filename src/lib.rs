@@ -90,8 +90,8 @@ mod pubsub;
 mod watchdog;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
-    MIN_WATCHDOG_LEASE,
+    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT,
+    DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
 };
 pub use error::{Error, RedisErrorKind, Result};
 pub use guard::LockGuard;

@@ -311,23 +311,41 @@ impl Lock {
         }
     }
 
-    /// The acquire loop of DESIGN.md §3. `wait: None` waits forever.
+    /// The acquire loop of DESIGN.md §3 (and §7 for a fair lock).
+    /// `wait: None` waits forever.
     async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
         if let Lease::Fixed(d) = lease {
             check_lease(d)?;
         }
         let deadline = wait.map(|w| Instant::now() + w);
         let pin = self.pin();
-        // First attempt without subscribing: the uncontended path is a
-        // single script call.
-        if let Ok(guard) = self.attempt(&pin, lease).await? {
+        // First attempt without subscribing (and, for a fair lock, without
+        // queueing): the uncontended path is a single script call.
+        if let Ok(guard) = self.attempt(&pin, lease, false).await? {
             return Ok(Some(guard));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
         }
-        let interest = self.inner.pubsub.interest(&self.keys.channel);
+        let fair = self.keys.fair;
+        // A fair waiter is woken on a channel of its own, so an unlock wakes
+        // only the head; others share the lock's channel.
+        let channel = if fair {
+            format!("{}{}", self.keys.wake_prefix, pin.owner.field)
+        } else {
+            self.keys.channel.clone()
+        };
+        let interest = self.inner.pubsub.interest(&channel);
         interest.ready().await?;
+        // Live fair waiters re-run the acquire script (refreshing their
+        // deadline) three times per waiter timeout, however long the holder
+        // keeps the lock.
+        let refresh = self.inner.node.waiter_timeout / 3;
+        let mut queued = QueueExit {
+            lock: self.clone(),
+            owner: pin.owner.field.clone(),
+            armed: false,
+        };
         loop {
             // Registered before the attempt: an unlock landing between the
             // attempt and the sleep still wakes us. (The first attempt above
@@ -335,14 +353,24 @@ impl Lock {
             let notified = interest.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let pttl = match self.attempt(&pin, lease).await? {
-                Ok(guard) => return Ok(Some(guard)),
+            // Armed before the attempt that may queue us: from then on, every
+            // way out without the lock leaves the queue.
+            queued.armed = fair;
+            let pttl = match self.attempt(&pin, lease, true).await? {
+                Ok(guard) => {
+                    queued.armed = false; // taking the lock removed us from the queue
+                    return Ok(Some(guard));
+                }
                 Err(p) => p,
             };
             let mut sleep = sleep_hint(pttl);
+            if fair {
+                sleep = sleep.min(refresh);
+            }
             if let Some(d) = deadline {
                 let now = Instant::now();
                 if now >= d {
+                    queued.leave_now().await;
                     return Ok(None);
                 }
                 sleep = sleep.min(d - now);
@@ -354,12 +382,18 @@ impl Lock {
         }
     }
 
-    /// One acquire script call. Returns the guard, or the holder's PTTL.
+    /// One acquire script call (`enqueue`: a fair waiter joins or refreshes
+    /// its place in the queue). Returns the guard, or the holder's PTTL.
     ///
     /// From the moment the script may run until its reply is turned into a
     /// guard, a [`Reconcile`] is armed: if this future is dropped, or the
     /// reply is lost, it settles the request in the background.
-    async fn attempt(&self, pin: &OwnerPin, lease: Lease) -> Result<std::result::Result<LockGuard, i64>> {
+    async fn attempt(
+        &self,
+        pin: &OwnerPin,
+        lease: Lease,
+        enqueue: bool,
+    ) -> Result<std::result::Result<LockGuard, i64>> {
         let lease_ms = match lease {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
@@ -377,7 +411,7 @@ impl Lock {
         let reply = self
             .inner
             .node
-            .acquire(&self.keys, &pin.owner.field, lease_ms, &pending.request)
+            .acquire(&self.keys, &pin.owner.field, lease_ms, &pending.request, enqueue)
             .await;
         match &reply {
             Err(e) if e.is_outcome_unknown() => {} // stays armed
@@ -395,6 +429,49 @@ impl Lock {
             )),
             AcquireReply::Held { pttl } => Err(pttl),
         })
+    }
+}
+
+/// A fair waiter's place in the queue. Dropped while armed (the waiting
+/// future cancelled, or an error), it leaves the queue in the background at
+/// once, re-sending until the server answers (leaving is idempotent).
+struct QueueExit {
+    lock: Lock,
+    owner: Arc<str>,
+    armed: bool,
+}
+
+impl QueueExit {
+    /// Leaves now and waits for it; on failure the drop retries in the background.
+    async fn leave_now(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.lock.inner.node.leave(&self.lock.keys, &self.owner).await.is_ok() {
+            self.armed = false;
+        }
+    }
+}
+
+impl Drop for QueueExit {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (inner, keys, owner) = (self.lock.inner.clone(), self.lock.keys.clone(), self.owner.clone());
+        inner.spawner().spawn(async move {
+            let give_up = Instant::now() + inner.node.waiter_timeout;
+            let mut pause = Duration::from_millis(50);
+            while let Err(e) = inner.node.leave(&keys, &owner).await {
+                if Instant::now() + pause >= give_up {
+                    // The waiter timeout evicts it anyway.
+                    tracing::debug!(lock = %keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 }
 
@@ -425,7 +502,7 @@ impl Drop for Reconcile {
             let give_up = Instant::now() + lease;
             let mut pause = Duration::from_millis(50);
             loop {
-                match inner.node.acquire(&keys, &field, lease, &request).await {
+                match inner.node.acquire(&keys, &field, lease, &request, false).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_level(&inner, &keys, &field, token).await;
                         break;
@@ -457,6 +534,9 @@ async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str, token: u64) {
 /// How long to sleep when the holder has `pttl` ms of lease left.
 fn sleep_hint(pttl: i64) -> Duration {
     match pttl {
+        // Fair lock free but others ahead: the wake message (or the refresh
+        // bound) ends the sleep.
+        -3 => Duration::MAX,
         // A key without expiry (leaked by a tool or a bug): re-check now and then.
         -1 => Duration::from_secs(1),
         p if p <= 0 => Duration::from_millis(1),

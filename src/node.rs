@@ -35,6 +35,12 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../lua/renew.lua")));
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", include_str!("../lua/fair_acquire.lua")));
+pub(crate) static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("../lua/fair_release.lua")));
+pub(crate) static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("leave", include_str!("../lua/fair_leave.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
 
@@ -64,6 +70,9 @@ pub(crate) struct Node {
     pub(crate) command_timeout: Duration,
     /// How long a request's replay record lives on the server.
     pub(crate) record_ttl: Duration,
+    /// Fair locks: how long a queued waiter may go without refreshing its
+    /// deadline before it is evicted.
+    pub(crate) waiter_timeout: Duration,
 }
 
 impl Node {
@@ -72,7 +81,15 @@ impl Node {
     /// EVAL on NOSCRIPT.
     pub(crate) async fn load_scripts(&self) {
         use fred::prelude::LuaInterface;
-        for script in [&*ACQUIRE, &*RELEASE, &*RENEW, &*FORCE_UNLOCK] {
+        for script in [
+            &*ACQUIRE,
+            &*RELEASE,
+            &*RENEW,
+            &*FORCE_UNLOCK,
+            &*FAIR_ACQUIRE,
+            &*FAIR_RELEASE,
+            &*FAIR_LEAVE,
+        ] {
             let r: std::result::Result<(), fred::error::Error> = if self.client.is_clustered() {
                 self.client.script_load_cluster::<(), _>(script.src).await
             } else {
@@ -170,22 +187,41 @@ impl Node {
 
     /// One acquire attempt for `owner` with a lease of `lease`. `request`
     /// identifies the logical attempt: a replay of it acquires nothing more.
+    /// For a fair lock, `enqueue` joins the queue (or refreshes the
+    /// deadline there) when the lock cannot be taken now.
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         owner: &str,
         lease: Duration,
         request: &str,
+        enqueue: bool,
     ) -> Result<AcquireReply> {
         let rec = format!("{}{request}", keys.req_prefix);
-        let reply: Vec<i64> = self
-            .run(
+        let reply: Vec<i64> = if keys.fair {
+            self.run(
+                &FAIR_ACQUIRE,
+                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec],
+                vec![
+                    owner.into(),
+                    ms(lease).into(),
+                    ms(self.waiter_timeout).into(),
+                    ms(self.record_ttl).into(),
+                    if enqueue { "wait" } else { "try" }.into(),
+                    keys.wake_prefix.as_str().into(),
+                ],
+                self.command_timeout,
+            )
+            .await?
+        } else {
+            self.run(
                 &ACQUIRE,
                 &[&keys.lock, &keys.token, &rec],
                 vec![owner.into(), ms(lease).into(), ms(self.record_ttl).into()],
                 self.command_timeout,
             )
-            .await?;
+            .await?
+        };
         match reply.as_slice() {
             [1, token, count] => Ok(AcquireReply::Acquired {
                 token: *token as u64,
@@ -194,6 +230,19 @@ impl Node {
             [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
             other => Err(unexpected("acquire", other)),
         }
+    }
+
+    /// A fair waiter leaves the queue (idempotent).
+    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str) -> Result<()> {
+        let _: i64 = self
+            .run(
+                &FAIR_LEAVE,
+                &[&keys.lock, &keys.queue, &keys.timeouts],
+                vec![owner.into(), keys.wake_prefix.as_str().into()],
+                self.command_timeout,
+            )
+            .await?;
+        Ok(())
     }
 
     /// Leaves one level of `owner`'s hold whose fencing token is `token`
@@ -211,8 +260,22 @@ impl Node {
     ) -> Result<ReleaseReply> {
         let rec = format!("{}{request}", keys.req_prefix);
         let token_arg: Value = token.map_or_else(|| "".into(), |t| (t as i64).into());
-        let (reply, written_twice): (i64, bool) = self
-            .run_counted(
+        let (reply, written_twice): (i64, bool) = if keys.fair {
+            self.run_counted(
+                &FAIR_RELEASE,
+                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec],
+                vec![
+                    owner.into(),
+                    ms(relet).into(),
+                    ms(self.record_ttl).into(),
+                    token_arg,
+                    keys.wake_prefix.as_str().into(),
+                ],
+                self.command_timeout,
+            )
+            .await?
+        } else {
+            self.run_counted(
                 &RELEASE,
                 &[&keys.lock, &keys.channel, &rec, &keys.token],
                 vec![
@@ -224,7 +287,8 @@ impl Node {
                 ],
                 self.command_timeout,
             )
-            .await?;
+            .await?
+        };
         Ok(match reply {
             0 => ReleaseReply::Released,
             n if n > 0 => ReleaseReply::StillHeld(n as u64),
@@ -254,8 +318,8 @@ impl Node {
         let reply: i64 = self
             .run(
                 &FORCE_UNLOCK,
-                &[&keys.lock, &keys.channel],
-                vec![UNLOCK_MESSAGE.into()],
+                &[&keys.lock, &keys.channel, &keys.queue],
+                vec![UNLOCK_MESSAGE.into(), keys.wake_prefix.as_str().into()],
                 self.command_timeout,
             )
             .await?;

@@ -1,0 +1,106 @@
+-- fair_acquire: take a fair lock in FIFO order, re-enter it, or queue up.
+--
+-- KEYS[1]  the lock hash: owner field -> reentry count, with a PEXPIRE lease
+-- KEYS[2]  the waiter queue (list of owner fields, head first)
+-- KEYS[3]  the waiter deadlines (sorted set: owner field -> server ms)
+-- KEYS[4]  the lock's fencing-token counter (a string, never given a TTL)
+-- KEYS[5]  this request's replay record (lives ARGV[4] ms)
+-- ARGV[1]  owner field "<client-uuid>:<owner-id>"
+-- ARGV[2]  lease in ms (> 0)
+-- ARGV[3]  waiter timeout in ms: a queued waiter that has not refreshed its
+--          deadline for this long is evicted
+-- ARGV[4]  replay-record lifetime in ms (> 0)
+-- ARGV[5]  "wait" to join the queue (or refresh the deadline there) when the
+--          lock cannot be taken now, "try" to only try
+-- ARGV[6]  prefix of the waiters' wake channels (prefix .. owner field)
+--
+-- Returns
+--   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
+--   {0, pttl}          held by another owner: its remaining lease in ms (-1: no TTL)
+--   {0, -3}            free, but other waiters are ahead in the queue
+--   error "WRONGTYPE <type>" when a key holds another type; nothing changed
+--
+-- Side effects: time comes from the server (TIME). Waiters whose deadline
+-- passed are evicted first. The lock is only taken when it is free and the
+-- queue is empty or headed by this owner (no barging), which also removes
+-- the owner from the queue. A free lock with another waiter at the head
+-- wakes that head (its message may have been lost). KEYS[5] records a
+-- successful reply, so a replay acquires nothing more. The queue keys live
+-- 2 x the waiter timeout past the last waiter's refresh.
+
+local rec = redis.call('GET', KEYS[5])
+if rec then
+  local token, count = string.match(rec, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(count)}
+end
+
+local function wrongtype(key)
+  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', key)['ok'])
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local stale = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+if stale.err then return wrongtype(KEYS[3]) end
+local head = redis.pcall('LINDEX', KEYS[2], 0)
+if type(head) == 'table' and head.err then return wrongtype(KEYS[2]) end
+for _, id in ipairs(stale) do
+  redis.call('LREM', KEYS[2], 0, id)
+  redis.call('ZREM', KEYS[3], id)
+end
+if #stale > 0 then
+  head = redis.call('LINDEX', KEYS[2], 0)
+end
+
+local token
+local count
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if not head or head == ARGV[1] then
+    token = redis.pcall('INCR', KEYS[4])
+    if type(token) == 'table' then return wrongtype(KEYS[4]) end
+    if head then
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], ARGV[1])
+    end
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[5], token .. ':1', 'PX', ARGV[4])
+    return {1, token, 1}
+  end
+else
+  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
+  if mine == 1 then
+    token = redis.pcall('GET', KEYS[4])
+    if type(token) == 'table' then return wrongtype(KEYS[4]) end
+    token = tonumber(token or '0')
+    count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[4])
+    return {1, token, count}
+  end
+end
+
+if ARGV[5] == 'wait' then
+  local deadline = now + tonumber(ARGV[3])
+  if redis.call('ZADD', KEYS[3], 'XX', 'CH', deadline, ARGV[1]) == 0
+      and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    redis.call('RPUSH', KEYS[2], ARGV[1])
+    redis.call('ZADD', KEYS[3], deadline, ARGV[1])
+    if not head then
+      head = ARGV[1]
+    end
+  end
+  -- Live waiters keep the queue alive; if they all die it goes by itself.
+  redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3]))
+  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+end
+
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+if head and head ~= ARGV[1] then
+  redis.call('PUBLISH', ARGV[6] .. head, '0')
+end
+return {0, -3}
