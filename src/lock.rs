@@ -346,6 +346,7 @@ impl Lock {
             owner: pin.owner.field.clone(),
             armed: false,
         };
+        let mut queued_backoff = Duration::from_millis(10);
         loop {
             // Registered before the attempt: an unlock landing between the
             // attempt and the sleep still wakes us. (The first attempt above
@@ -365,6 +366,16 @@ impl Lock {
             };
             let mut sleep = sleep_hint(pttl);
             if fair {
+                if pttl == FREE_BUT_QUEUED {
+                    // The head is about to take the lock; re-read soon to learn
+                    // its lease (an expiring lease publishes nothing). Backs
+                    // off, so a dead head costs a handful of attempts until
+                    // it is evicted.
+                    sleep = queued_backoff;
+                    queued_backoff = (queued_backoff * 2).min(refresh);
+                } else {
+                    queued_backoff = Duration::from_millis(10);
+                }
                 sleep = sleep.min(refresh);
             }
             if let Some(d) = deadline {
@@ -531,12 +542,15 @@ async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str, token: u64) {
     }
 }
 
+/// The fair acquire's reply when the lock is free but other waiters are ahead.
+const FREE_BUT_QUEUED: i64 = -3;
+
 /// How long to sleep when the holder has `pttl` ms of lease left.
 fn sleep_hint(pttl: i64) -> Duration {
     match pttl {
         // Fair lock free but others ahead: the wake message (or the refresh
         // bound) ends the sleep.
-        -3 => Duration::MAX,
+        FREE_BUT_QUEUED => Duration::MAX,
         // A key without expiry (leaked by a tool or a bug): re-check now and then.
         -1 => Duration::from_secs(1),
         p if p <= 0 => Duration::from_millis(1),

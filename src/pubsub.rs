@@ -22,7 +22,11 @@ use crate::error::{Error, Result};
 
 pub(crate) struct Channel {
     notify: Notify,
-    subscribed: AtomicBool,
+    /// SUBSCRIBE confirmed by the server: waiters may rely on it.
+    confirmed: AtomicBool,
+    /// SUBSCRIBE may have reached the server (set before sending it, so a
+    /// subscribe cancelled mid-way is still undone).
+    on_server: AtomicBool,
 }
 
 struct Entry {
@@ -68,7 +72,8 @@ impl PubSub {
             refs: 0,
             chan: Arc::new(Channel {
                 notify: Notify::new(),
-                subscribed: AtomicBool::new(false),
+                confirmed: AtomicBool::new(false),
+                on_server: AtomicBool::new(false),
             }),
         });
         entry.refs += 1;
@@ -91,13 +96,14 @@ impl PubSub {
     }
 
     async fn subscribe(&self, name: &str, chan: &Channel) -> Result<()> {
-        if chan.subscribed.load(Ordering::Acquire) {
+        if chan.confirmed.load(Ordering::Acquire) {
             return Ok(());
         }
         let _serial = self.serial.lock().await;
-        if chan.subscribed.load(Ordering::Acquire) {
+        if chan.confirmed.load(Ordering::Acquire) {
             return Ok(());
         }
+        chan.on_server.store(true, Ordering::Release);
         let map_err = |e| Error::from_redis("subscribe", name, self.timeout, e);
         self.sub.subscribe(name).await.map_err(map_err)?;
         // fred does not wait for the server to confirm SUBSCRIBE. A PING on the
@@ -111,7 +117,7 @@ impl PubSub {
                 timeout: self.timeout,
             })?
             .map_err(map_err)?;
-        chan.subscribed.store(true, Ordering::Release);
+        chan.confirmed.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -124,7 +130,10 @@ impl PubSub {
             match map.get(&name) {
                 // Cleared under the map lock, so a newcomer re-subscribes
                 // (after us, thanks to `serial`) instead of trusting the flag.
-                Some(e) if e.refs == 0 => e.chan.subscribed.swap(false, Ordering::AcqRel),
+                Some(e) if e.refs == 0 => {
+                    e.chan.confirmed.store(false, Ordering::Release);
+                    e.chan.on_server.swap(false, Ordering::AcqRel)
+                }
                 _ => return,
             }
         };
@@ -145,7 +154,7 @@ impl PubSub {
             .channels
             .lock()
             .iter()
-            .filter(|(_, e)| e.chan.subscribed.load(Ordering::Acquire))
+            .filter(|(_, e)| e.chan.on_server.load(Ordering::Acquire))
             .map(|(n, _)| n.clone())
             .collect();
         // Never an empty SUBSCRIBE: the server's error would be matched to an

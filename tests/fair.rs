@@ -75,3 +75,289 @@ async fn waiters_acquire_in_submission_order_as_leases_run_out() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_queued_waiters_acquire_in_queue_order_every_time() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let evict = Duration::from_millis(200);
+        let c = fair_client(&server.url(), evict).await;
+        for rep in 0..21 {
+            // The last repetition holds 3x the eviction timeout: only
+            // refreshing keeps the waiters in the queue.
+            let hold = if rep == 20 { evict * 3 } else { Duration::from_millis(2) };
+            let name = format!("order-{rep}");
+            let first = c.fair_lock(&name).unwrap().lock().await.unwrap();
+            let seq = Arc::new(AtomicUsize::new(0));
+            let mut tasks = Vec::new();
+            for i in 0..20 {
+                let (lock, seq) = (c.fair_lock(&name).unwrap(), seq.clone());
+                tasks.push(tokio::spawn(async move {
+                    let g = lock.lock().await.unwrap();
+                    let at = seq.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    g.unlock().await.unwrap();
+                    (i, at)
+                }));
+                let want = i + 1;
+                assert!(
+                    eventually(Duration::from_secs(2), || queue_len(&server, &name) == want as i64).await,
+                    "waiter {i} queued"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if rep == 20 {
+                tokio::time::sleep(evict * 3).await; // the first holder too holds long
+            }
+            first.unlock().await.unwrap();
+            for t in tasks {
+                let (i, at) = t.await.unwrap();
+                assert_eq!(i, at, "repetition {rep}: waiter {i} acquired as number {at}");
+            }
+            assert_queue_empty(&server, &name);
+        }
+    })
+    .await
+}
+
+/// Entry point of the child process of the next test: joins the queue of
+/// the lock named in the environment and waits until killed. Run by the
+/// test binary itself; returns at once in a normal test run.
+#[tokio::test]
+async fn child_waiter_entry_point() {
+    let Ok(url) = std::env::var("LOCKWARDEN_TEST_CHILD_URL") else {
+        return;
+    };
+    let c = Client::connect(&url).await.unwrap();
+    let _g = c.fair_lock("killed-waiter").unwrap().lock().await.unwrap();
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_delays_the_others_by_at_most_the_eviction_timeout() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let evict = Duration::from_secs(5); // the child uses the default
+        let c = fair_client(&server.url(), evict).await;
+        let holder = c.fair_lock("killed-waiter").unwrap().lock().await.unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["child_waiter_entry_point", "--exact", "--nocapture"])
+            .env("LOCKWARDEN_TEST_CHILD_URL", server.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || queue_len(&server, "killed-waiter") == 1).await,
+            "child queued"
+        );
+        let lock = c.fair_lock("killed-waiter").unwrap();
+        let live = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || queue_len(&server, "killed-waiter") == 2).await,
+            "live waiter queued behind"
+        );
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        holder.unlock().await.unwrap();
+        let got = live.await.unwrap();
+        let delay = got - killed;
+        assert!(
+            delay <= evict + evict / 3 + Duration::from_millis(500),
+            "delayed by {delay:?}"
+        );
+        eprintln!("live waiter got the lock {delay:?} after the queued child was killed");
+        assert_queue_empty(&server, "killed-waiter");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let holder = c.fair_lock("give-up").unwrap().lock().await.unwrap();
+        // try_lock times out: gone from the queue by the time it returns.
+        let lock = c.fair_lock("give-up").unwrap();
+        let r = tokio::spawn(async move { lock.try_lock(Duration::from_millis(300), LONG).await.unwrap() })
+            .await
+            .unwrap();
+        assert!(r.is_none());
+        assert_queue_empty(&server, "give-up");
+        // A dropped lock() future and an aborted task.
+        let lock = c.fair_lock("give-up").unwrap();
+        let dropped = tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_millis(300), lock.lock())
+                .await
+                .is_err()
+        });
+        assert!(dropped.await.unwrap());
+        let lock = c.fair_lock("give-up").unwrap();
+        let aborted = tokio::spawn(async move { lock.lock().await.map(drop) });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "give-up") == 1).await);
+        aborted.abort();
+        let t = Instant::now();
+        assert!(
+            eventually(Duration::from_secs(1), || queue_len(&server, "give-up") == 0).await,
+            "left at once"
+        );
+        eprintln!("aborted waiter gone from the queue after {:?}", t.elapsed());
+        assert_queue_empty(&server, "give-up");
+        holder.unlock().await.unwrap();
+        assert!(eventually(Duration::from_secs(2), || server.pubsub_channels().is_empty()).await);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_tasks_take_turns() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let inside = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..500 {
+            let (lock, inside, counter) = (c.fair_lock("crowd").unwrap(), inside.clone(), counter.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "overlap");
+                // Non-atomic read-modify-write across the hold.
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(counter.load(Ordering::SeqCst), 500);
+        assert_queue_empty(&server, "crowd");
+        assert!(eventually(Duration::from_secs(5), || server.pubsub_channels().is_empty()).await);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_wakes_exactly_one_waiter() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let mut watcher = server.resp();
+        watcher.cmd(&["PSUBSCRIBE", "lockwarden:{wakes}:*"]);
+        let holder = c.fair_lock("wakes").unwrap().lock().await.unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..5 {
+            let lock = c.fair_lock("wakes").unwrap();
+            tasks.push(tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                g.unlock().await.unwrap();
+            }));
+        }
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "wakes") == 5).await);
+        // Each waiter listens on a channel of its own.
+        let channels = server.pubsub_channels();
+        assert_eq!(
+            channels
+                .iter()
+                .filter(|c| c.starts_with("lockwarden:{wakes}:wake:"))
+                .count(),
+            5,
+            "{channels:?}"
+        );
+        let head = server
+            .cmd(&["LINDEX", "lockwarden:{wakes}:queue", "0"])
+            .as_str()
+            .unwrap()
+            .to_string();
+        holder.unlock().await.unwrap();
+        let mut woken = Vec::new();
+        while let Some(Reply::Array(m)) = watcher.next(Duration::from_millis(200)) {
+            woken.push(m[2].as_str().unwrap().to_string());
+        }
+        assert_eq!(
+            woken,
+            vec![format!("lockwarden:{{wakes}}:wake:{head}")],
+            "one message, to the head only"
+        );
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_queue_empty(&server, "wakes");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_timing_out_during_client_pause_leave_no_stale_entries() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let evict = Duration::from_secs(1);
+        let c = fair_client(&server.url(), evict).await;
+        let holder = c.fair_lock("paused").unwrap().lock().await.unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let lock = c.fair_lock("paused").unwrap();
+            tasks.push(tokio::spawn(async move {
+                lock.try_lock(Duration::from_millis(500), LONG).await
+            }));
+        }
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "paused") == 10).await);
+        server.cmd(&["CLIENT", "PAUSE", "1500", "ALL"]);
+        for t in tasks {
+            // Leaving or timing out: either way, not acquired.
+            assert!(!matches!(t.await.unwrap(), Ok(Some(_))));
+        }
+        assert!(
+            eventually(evict * 3, || queue_len(&server, "paused") == 0).await,
+            "stale entries: {:?}",
+            server.cmd(&["LRANGE", "lockwarden:{paused}:queue", "0", "-1"])
+        );
+        assert_queue_empty(&server, "paused");
+        holder.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_never_barges_past_queued_waiters() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let holder = c.fair_lock("barge").unwrap().lock().await.unwrap();
+        let lock = c.fair_lock("barge").unwrap();
+        let queued = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            g.unlock().await.unwrap();
+        });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "barge") == 1).await);
+        holder.unlock().await.unwrap();
+        // Right after the unlock the lock may be free for a moment, but it is
+        // the queued waiter's turn: a one-shot attempt must not take it.
+        let newcomer = c.fair_lock("barge").unwrap();
+        let got = tokio::spawn(async move {
+            newcomer
+                .try_lock(Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .map(drop)
+        })
+        .await
+        .unwrap();
+        assert!(got.is_none(), "barged past the queue");
+        queued.await.unwrap();
+        assert_queue_empty(&server, "barge");
+    })
+    .await
+}

@@ -1,4 +1,5 @@
 //! Faults: cancellation, flushed data and scripts, lost replies.
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,8 +12,23 @@ use rand::Rng;
 
 const LONG: Duration = Duration::from_secs(30);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancelling_lock_at_random_points_leaves_nothing_behind() {
+both_kinds!(
+    cancelling_lock_at_random_points_leaves_nothing_behind,
+    a_dropped_reply_never_leaves_a_hold_count_off_by_one
+);
+
+fn assert_no_queue(server: &RedisServer, name: &str) {
+    assert!(
+        server.keys(&format!("lockwarden:{{{name}}}:queue")).is_empty(),
+        "queue left behind"
+    );
+    assert!(
+        server.keys(&format!("lockwarden:{{{name}}}:timeouts")).is_empty(),
+        "deadlines left behind"
+    );
+}
+
+async fn cancelling_lock_at_random_points_leaves_nothing_behind(kind: Kind) {
     bounded(Duration::from_secs(120), async {
         let server = RedisServer::start();
         let lease = Duration::from_secs(2);
@@ -23,7 +39,7 @@ async fn cancelling_lock_at_random_points_leaves_nothing_behind() {
         // Background contention: two tasks hand the lock around.
         let mut bg = Vec::new();
         for _ in 0..2 {
-            let lock = holders.lock("cancel").unwrap();
+            let lock = kind.of(&holders, "cancel");
             let done = done.clone();
             bg.push(tokio::spawn(async move {
                 while done.load(Ordering::SeqCst) < 1000 && Instant::now() < stop {
@@ -36,7 +52,7 @@ async fn cancelling_lock_at_random_points_leaves_nothing_behind() {
         let acquired = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for w in 0..8 {
-            let (lock, done, acquired) = (cancelled.lock("cancel").unwrap(), done.clone(), acquired.clone());
+            let (lock, done, acquired) = (kind.of(&cancelled, "cancel"), done.clone(), acquired.clone());
             tasks.push(tokio::spawn(async move {
                 for i in 0..125 {
                     let cut = Duration::from_micros(rand::thread_rng().gen_range(0..4000));
@@ -158,13 +174,12 @@ async fn script_flush_mid_run_is_invisible() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_reply_never_leaves_a_hold_count_off_by_one() {
+async fn a_dropped_reply_never_leaves_a_hold_count_off_by_one(kind: Kind) {
     bounded(Duration::from_secs(60), async {
         let server = RedisServer::start();
         let proxy = Proxy::start(server.port).await;
         let c = client(&proxy.url(), LONG).await;
-        let lock = c.lock("replayed").unwrap();
+        let lock = kind.of(&c, "replayed");
         let field = |g: &lockwarden::LockGuard| g.owner().field().to_string();
 
         // Acquire: the script runs, its reply is lost, the connection resets.
@@ -188,6 +203,7 @@ async fn a_dropped_reply_never_leaves_a_hold_count_off_by_one() {
         g1.unlock().await.unwrap();
         assert_eq!(proxy.dropped.load(Ordering::SeqCst), 4);
         assert_eq!(server.cmd(&["EXISTS", "replayed"]).as_int(), Some(0));
+        assert_no_queue(&server, "replayed");
     })
     .await
 }

@@ -1,4 +1,5 @@
 //! The reentrant lock's behaviour against a real redis-server.
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,14 +10,31 @@ use common::*;
 use lockwarden::{Error, Lease, LossReason};
 
 const LONG: Duration = Duration::from_secs(30);
+
+both_kinds!(
+    lock_and_unlock,
+    reentrancy_three_deep_with_hold_counts,
+    another_task_is_excluded_until_the_count_reaches_zero,
+    owner_can_be_carried_into_a_spawned_task,
+    unlock_by_a_non_owner_errors_and_changes_nothing,
+    lock_unlock_by_owner_does_not_double_release_with_a_guard,
+    fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold,
+    watchdog_keeps_a_hold_alive_for_ten_leases,
+    a_fixed_lease_is_never_renewed,
+    a_dropped_guard_stops_renewal_and_releases,
+    try_lock_returns_after_its_wait_when_the_lock_stays_held,
+    sixteen_clients_increment_a_counter_without_overlap,
+    fencing_tokens_increase_across_holders_and_stay_on_reentry,
+    force_unlock_deletes_and_wakes_waiters,
+    a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner
+);
 const BOUND: Duration = Duration::from_secs(60);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_and_unlock() {
+async fn lock_and_unlock(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("plain").unwrap();
+        let lock = kind.of(&c, "plain");
         let guard = lock.lock().await.unwrap();
         assert!(lock.is_locked().await.unwrap());
         assert!(lock.is_held_by_current_task().await.unwrap());
@@ -36,12 +54,11 @@ async fn lock_and_unlock() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reentrancy_three_deep_with_hold_counts() {
+async fn reentrancy_three_deep_with_hold_counts(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("reentrant").unwrap();
+        let lock = kind.of(&c, "reentrant");
         let g1 = lock.lock().await.unwrap();
         let g2 = lock.lock().await.unwrap();
         let g3 = lock
@@ -64,12 +81,11 @@ async fn reentrancy_three_deep_with_hold_counts() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_task_is_excluded_until_the_count_reaches_zero() {
+async fn another_task_is_excluded_until_the_count_reaches_zero(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("exclusive").unwrap();
+        let lock = kind.of(&c, "exclusive");
         let g1 = lock.lock().await.unwrap();
         let g2 = lock.lock().await.unwrap();
         let other = lock.clone();
@@ -96,12 +112,11 @@ async fn another_task_is_excluded_until_the_count_reaches_zero() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owner_can_be_carried_into_a_spawned_task() {
+async fn owner_can_be_carried_into_a_spawned_task(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("carried").unwrap();
+        let lock = kind.of(&c, "carried");
         let guard = lock.lock().await.unwrap();
         let as_owner = lock.with_owner(guard.owner());
         let inner = tokio::spawn(async move {
@@ -145,12 +160,11 @@ async fn owner_ids_are_not_reused_across_tasks() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unlock_by_a_non_owner_errors_and_changes_nothing() {
+async fn unlock_by_a_non_owner_errors_and_changes_nothing(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("not-mine").unwrap();
+        let lock = kind.of(&c, "not-mine");
         let guard = lock.lock().await.unwrap();
         let before = server.cmd(&["HGETALL", "not-mine"]);
         let stranger = lock.with_owner(c.new_owner());
@@ -160,7 +174,7 @@ async fn unlock_by_a_non_owner_errors_and_changes_nothing() {
         assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
         let other_client = client(&server.url(), LONG).await;
         assert!(matches!(
-            other_client.lock("not-mine").unwrap().unlock().await,
+            kind.of(&other_client, "not-mine").unlock().await,
             Err(Error::NotHeld { .. })
         ));
         assert_eq!(server.cmd(&["HGETALL", "not-mine"]), before, "nothing changed");
@@ -169,12 +183,11 @@ async fn unlock_by_a_non_owner_errors_and_changes_nothing() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_unlock_by_owner_does_not_double_release_with_a_guard() {
+async fn lock_unlock_by_owner_does_not_double_release_with_a_guard(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("by-owner").unwrap();
+        let lock = kind.of(&c, "by-owner");
         let g1 = lock.lock().await.unwrap();
         let g2 = lock.lock().await.unwrap();
         lock.unlock().await.unwrap(); // releases one level, Redisson style
@@ -188,25 +201,22 @@ async fn lock_unlock_by_owner_does_not_double_release_with_a_guard() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold() {
+async fn fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let a = client(&server.url(), LONG).await;
         let b = client(&server.url(), LONG).await;
         let lease = Duration::from_millis(500);
         let start = Instant::now();
-        let old = a
-            .lock("leased")
-            .unwrap()
+        let old = kind
+            .of(&a, "leased")
             .try_lock(Duration::ZERO, lease)
             .await
             .unwrap()
             .unwrap();
         assert_eq!(old.lease(), Lease::Fixed(lease));
-        let new = b
-            .lock("leased")
-            .unwrap()
+        let new = kind
+            .of(&b, "leased")
             .try_lock(Duration::from_secs(5), LONG)
             .await
             .unwrap()
@@ -235,13 +245,12 @@ async fn fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watchdog_keeps_a_hold_alive_for_ten_leases() {
+async fn watchdog_keeps_a_hold_alive_for_ten_leases(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let lease = Duration::from_secs(1);
         let c = client(&server.url(), lease).await;
-        let lock = c.lock("watched").unwrap();
+        let lock = kind.of(&c, "watched");
         let guard = lock.lock().await.unwrap();
         let until = Instant::now() + lease * 10 + Duration::from_millis(500);
         let mut min_pttl = i64::MAX;
@@ -258,12 +267,11 @@ async fn watchdog_keeps_a_hold_alive_for_ten_leases() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_lease_is_never_renewed() {
+async fn a_fixed_lease_is_never_renewed(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), Duration::from_millis(300)).await;
-        let lock = c.lock("fixed").unwrap();
+        let lock = kind.of(&c, "fixed");
         let guard = lock
             .try_lock(Duration::ZERO, Duration::from_millis(700))
             .await
@@ -280,13 +288,12 @@ async fn a_fixed_lease_is_never_renewed() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_guard_stops_renewal_and_releases() {
+async fn a_dropped_guard_stops_renewal_and_releases(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let lease = Duration::from_secs(1);
         let c = client(&server.url(), lease).await;
-        let lock = c.lock("dropped").unwrap();
+        let lock = kind.of(&c, "dropped");
         let guard = lock.lock().await.unwrap();
         drop(guard);
         assert_eq!(c.held_locks(), 0, "renewal stopped synchronously");
@@ -328,13 +335,12 @@ fn a_client_whose_runtime_died_stops_renewing_and_the_key_expires_within_one_lea
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_lock_returns_after_its_wait_when_the_lock_stays_held() {
+async fn try_lock_returns_after_its_wait_when_the_lock_stays_held(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let holder = c.lock("busy").unwrap().lock().await.unwrap();
-        let lock = c.lock("busy").unwrap();
+        let holder = kind.of(&c, "busy").lock().await.unwrap();
+        let lock = kind.of(&c, "busy");
         for wait in [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(700)] {
             let lock = lock.clone();
             let (r, took) = tokio::spawn(async move {
@@ -439,8 +445,7 @@ async fn a_waiter_gets_the_lock_when_its_subscriber_connection_is_killed() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixteen_clients_increment_a_counter_without_overlap() {
+async fn sixteen_clients_increment_a_counter_without_overlap(kind: Kind) {
     bounded(Duration::from_secs(120), async {
         let server = RedisServer::start();
         let inside = Arc::new(AtomicUsize::new(0));
@@ -450,7 +455,7 @@ async fn sixteen_clients_increment_a_counter_without_overlap() {
             let c = client(&server.url(), LONG).await;
             let (inside, overlaps, port) = (inside.clone(), overlaps.clone(), server.port);
             tasks.push(tokio::spawn(async move {
-                let lock = c.lock("counter-lock").unwrap();
+                let lock = kind.of(&c, "counter-lock");
                 let mut r = Resp::connect(port).unwrap();
                 for _ in 0..100 {
                     let g = lock.lock().await.unwrap();
@@ -507,8 +512,7 @@ async fn many_waits_leave_no_subscription_behind() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_increase_across_holders_and_stay_on_reentry() {
+async fn fencing_tokens_increase_across_holders_and_stay_on_reentry(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let a = client(&server.url(), LONG).await;
@@ -516,7 +520,7 @@ async fn fencing_tokens_increase_across_holders_and_stay_on_reentry() {
         let mut last = 0;
         for i in 0..20 {
             let c = if i % 2 == 0 { &a } else { &b };
-            let lock = c.lock("fenced").unwrap();
+            let lock = kind.of(c, "fenced");
             let g = lock.lock().await.unwrap();
             assert!(g.token() > last, "token {} after {last}", g.token());
             last = g.token();
@@ -534,26 +538,25 @@ async fn fencing_tokens_increase_across_holders_and_stay_on_reentry() {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_unlock_deletes_and_wakes_waiters() {
+async fn force_unlock_deletes_and_wakes_waiters(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let holder = c.lock("forced").unwrap().lock().await.unwrap();
-        let lock = c.lock("forced").unwrap();
+        let holder = kind.of(&c, "forced").lock().await.unwrap();
+        let lock = kind.of(&c, "forced");
         let waiter = tokio::spawn(async move {
             let g = lock.lock().await.unwrap();
             g.unlock().await.unwrap();
         });
         assert!(eventually(Duration::from_secs(5), || !server.pubsub_channels().is_empty()).await);
         let admin = client(&server.url(), LONG).await;
-        assert!(admin.lock("forced").unwrap().force_unlock().await.unwrap());
+        assert!(kind.of(&admin, "forced").force_unlock().await.unwrap());
         tokio::time::timeout(Duration::from_secs(2), waiter)
             .await
             .expect("woken by force_unlock")
             .unwrap();
         assert!(
-            !admin.lock("forced").unwrap().force_unlock().await.unwrap(),
+            !kind.of(&admin, "forced").force_unlock().await.unwrap(),
             "nothing left to delete"
         );
         assert!(matches!(holder.unlock().await, Err(Error::NotHeld { .. })));
@@ -616,12 +619,11 @@ fn futures_and_guards_are_send() {
     let _ = check;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner() {
+async fn a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner(kind: Kind) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
-        let lock = c.lock("generations").unwrap();
+        let lock = kind.of(&c, "generations");
         let old = lock.lock().await.unwrap();
         assert!(lock.force_unlock().await.unwrap());
         // Same task, same owner: a fresh hold with a higher token.

@@ -254,6 +254,20 @@ impl Resp {
         self.read()
     }
 
+    /// The next reply or push message, or `None` after `timeout` without one.
+    pub fn next(&mut self, timeout: Duration) -> Option<Reply> {
+        self.reader.get_ref().set_read_timeout(Some(timeout)).unwrap();
+        let has_data = match self.reader.fill_buf() {
+            Ok(buf) => !buf.is_empty(),
+            Err(_) => false,
+        };
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        has_data.then(|| self.read())
+    }
+
     fn read(&mut self) -> Reply {
         let mut line = String::new();
         self.reader.read_line(&mut line).expect("read reply");
@@ -388,4 +402,37 @@ pub async fn client(server_url: &str, lease: Duration) -> lockwarden::Client {
         .build()
         .await
         .expect("connect client")
+}
+
+/// Which lock a shared scenario runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Reentrant,
+    Fair,
+}
+
+impl Kind {
+    pub fn of(self, client: &lockwarden::Client, name: &str) -> lockwarden::Lock {
+        match self {
+            Kind::Reentrant => client.lock(name).unwrap(),
+            Kind::Fair => client.fair_lock(name).unwrap(),
+        }
+    }
+}
+
+/// Runs each scenario against the reentrant lock and the fair lock.
+#[allow(unused_macros)]
+macro_rules! both_kinds {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn reentrant() {
+                super::$name(super::Kind::Reentrant).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair() {
+                super::$name(super::Kind::Fair).await
+            }
+        }
+    )*};
 }
