@@ -319,15 +319,26 @@ impl Lock {
         }
         let deadline = wait.map(|w| Instant::now() + w);
         let pin = self.pin();
-        // First attempt without subscribing (and, for a fair lock, without
-        // queueing): the uncontended path is a single script call.
-        if let Ok(guard) = self.attempt(&pin, lease, false).await? {
+        let fair = self.keys.fair;
+        // A fair waiter takes its place in the queue with its very first
+        // attempt, so its position is the order it asked in. From then on,
+        // every way out without the lock leaves the queue.
+        let will_wait = wait != Some(Duration::ZERO);
+        let mut queued = QueueExit {
+            lock: self.clone(),
+            owner: pin.owner.field.clone(),
+            armed: fair && will_wait,
+        };
+        // First attempt without subscribing: the uncontended path is a
+        // single script call.
+        if let Ok(guard) = self.attempt(&pin, lease, will_wait).await? {
+            queued.armed = false; // taking the lock removed us from the queue
             return Ok(Some(guard));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
+            queued.leave_now().await;
             return Ok(None);
         }
-        let fair = self.keys.fair;
         // A fair waiter is woken on a channel of its own, so an unlock wakes
         // only the head; others share the lock's channel.
         let channel = if fair {
@@ -341,11 +352,6 @@ impl Lock {
         // deadline) three times per waiter timeout, however long the holder
         // keeps the lock.
         let refresh = self.inner.node.waiter_timeout / 3;
-        let mut queued = QueueExit {
-            lock: self.clone(),
-            owner: pin.owner.field.clone(),
-            armed: false,
-        };
         let mut queued_backoff = Duration::from_millis(10);
         loop {
             // Registered before the attempt: an unlock landing between the
@@ -354,8 +360,6 @@ impl Lock {
             let notified = interest.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            // Armed before the attempt that may queue us: from then on, every
-            // way out without the lock leaves the queue.
             queued.armed = fair;
             let pttl = match self.attempt(&pin, lease, true).await? {
                 Ok(guard) => {

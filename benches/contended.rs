@@ -1,0 +1,77 @@
+//! W3 (non-fair) and W5 (fair) of BENCHMARKS.md against a throwaway local
+//! redis-server, with the PING round trip measured in the same run:
+//!
+//!     cargo bench --bench contended            # 10 s per workload
+//!     LOCKWARDEN_BENCH_SECS=3 cargo bench --bench contended
+//!
+//! Prints one JSON object per line.
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "support/workloads.rs"]
+mod workloads;
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::ClientLike;
+
+fn main() {
+    // `cargo test --benches` runs this once with `--bench` absent: keep it short then.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let secs: f64 = std::env::var("LOCKWARDEN_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick { 0.5 } else { 10.0 });
+    let duration = Duration::from_secs_f64(secs);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = common::RedisServer::start();
+    let url = server.url();
+    rt.block_on(async {
+        let c = lockwarden::Client::connect(&url).await.unwrap();
+        let fred = c.redis().clone();
+        let mut pings: Vec<f64> = tokio::spawn(async move {
+            let mut v = Vec::new();
+            for _ in 0..5000 {
+                let t = Instant::now();
+                let _: String = fred.ping(None).await.unwrap();
+                v.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            v
+        })
+        .await
+        .unwrap();
+        pings.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+            workloads::nearest_rank(&pings, 0.5),
+            workloads::nearest_rank(&pings, 0.99)
+        );
+        for fair in [false, true] {
+            let cmds0: u64 = server
+                .info_field("stats", "total_commands_processed")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let u = url.clone();
+            let r = tokio::spawn(async move { workloads::contended(&u, fair, 8, duration).await })
+                .await
+                .unwrap()
+                .unwrap();
+            let cmds1: u64 = server
+                .info_field("stats", "total_commands_processed")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let line = r.json();
+            println!(
+                "{},\"redis_cmds_per_op_incl_warmup\":{:.1}}}",
+                &line[..line.len() - 1],
+                (cmds1 - cmds0) as f64 / r.ops.max(1) as f64
+            );
+            assert_eq!((r.violations, r.overlaps, r.lost_updates), (0, 0, 0), "safety");
+        }
+    });
+}

@@ -1,0 +1,234 @@
+//! The contended workloads of BENCHMARKS.md (W3 non-fair, W5 fair), written
+//! once so the CLI's `bench` command and `cargo bench` share them.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockwarden::{Client, Lease, Lock};
+
+/// One hold as a worker saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Hold {
+    pub worker: usize,
+    pub t_req: Instant,
+    pub t_acq: Instant,
+    pub t_rel: Instant,
+}
+
+/// The result of one contended run.
+#[derive(Debug, Default)]
+pub struct Contended {
+    pub workload: &'static str,
+    pub workers: usize,
+    pub duration_s: f64,
+    pub ops: usize,
+    pub errors: u64,
+    pub violations: u64,
+    pub overlaps: u64,
+    pub lost_updates: i64,
+    pub gap_us: Stats,
+    pub xgap_us: Stats,
+    pub self_handoff_frac: f64,
+    pub wait_us: Stats,
+    pub per_worker_min: usize,
+    pub per_worker_max: usize,
+    pub in_request_order_frac: f64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Nearest-rank percentile of sorted samples.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+pub fn stats(mut v: Vec<f64>) -> Stats {
+    if v.is_empty() {
+        return Stats::default();
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Stats {
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p50: nearest_rank(&v, 0.5),
+        p99: nearest_rank(&v, 0.99),
+        max: v[v.len() - 1],
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// W3 (`fair = false`) or W5 (`fair = true`): `workers` workers, each with
+/// its own client, contend for one key for a 1 s warm-up plus `duration`.
+pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration) -> lockwarden::Result<Contended> {
+    let key = if fair { "w5" } else { "w3" };
+    let mut locks: Vec<Lock> = Vec::new();
+    for _ in 0..workers {
+        let c = Client::connect(url).await?;
+        locks.push(if fair { c.fair_lock(key)? } else { c.lock(key)? });
+    }
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs(1);
+    let end = measure_from + duration;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    // A shared counter updated with a non-atomic read-modify-write.
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (worker, lock) in locks.into_iter().enumerate() {
+        let (inside, violations, errors, counter) =
+            (inside.clone(), violations.clone(), errors.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            while Instant::now() < end {
+                let t_req = Instant::now();
+                let guard = match lock.try_lock(Duration::from_secs(5), Lease::Watchdog).await {
+                    Ok(Some(g)) => g,
+                    Ok(None) | Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                let t_acq = Instant::now();
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    violations.fetch_add(1, Ordering::Relaxed);
+                }
+                let v = counter.load(Ordering::SeqCst);
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let t_rel = Instant::now();
+                if guard.unlock().await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                holds.push(Hold {
+                    worker,
+                    t_req,
+                    t_acq,
+                    t_rel,
+                });
+            }
+            holds
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("worker panicked"));
+    }
+    let total_holds = all.len() as i64;
+    let final_counter = counter.load(Ordering::SeqCst) as i64;
+    all.sort_by_key(|h| h.t_acq);
+    let mut overlaps = 0;
+    let (mut gaps, mut xgaps, mut waits) = (Vec::new(), Vec::new(), Vec::new());
+    let mut self_handoffs = 0usize;
+    let mut counted = vec![0usize; workers];
+    for (k, h) in all.iter().enumerate() {
+        if k > 0 && h.t_acq < all[k - 1].t_rel {
+            overlaps += 1;
+        }
+        if h.t_acq < measure_from || h.t_acq >= end {
+            continue;
+        }
+        counted[h.worker] += 1;
+        waits.push(us(h.t_acq - h.t_req));
+        if k > 0 {
+            let prev = &all[k - 1];
+            let gap = us(h.t_acq.saturating_duration_since(prev.t_rel));
+            gaps.push(gap);
+            if prev.worker == h.worker {
+                self_handoffs += 1;
+            } else {
+                xgaps.push(gap);
+            }
+        }
+    }
+    // In request order: nobody who asked earlier was still waiting.
+    let measured: Vec<&Hold> = all
+        .iter()
+        .filter(|h| h.t_acq >= measure_from && h.t_acq < end)
+        .collect();
+    let mut in_order = 0;
+    let mut later_min_req: Option<Instant> = None;
+    for h in measured.iter().rev() {
+        if later_min_req.map_or(true, |m| h.t_req <= m) {
+            in_order += 1;
+        }
+        later_min_req = Some(later_min_req.map_or(h.t_req, |m| m.min(h.t_req)));
+    }
+    let ops = measured.len();
+    Ok(Contended {
+        workload: if fair { "W5" } else { "W3" },
+        workers,
+        duration_s: duration.as_secs_f64(),
+        ops,
+        errors: errors.load(Ordering::Relaxed),
+        violations: violations.load(Ordering::Relaxed),
+        overlaps,
+        lost_updates: total_holds - final_counter,
+        self_handoff_frac: if gaps.is_empty() {
+            0.0
+        } else {
+            self_handoffs as f64 / gaps.len() as f64
+        },
+        gap_us: stats(gaps),
+        xgap_us: stats(xgaps),
+        wait_us: stats(waits),
+        per_worker_min: counted.iter().copied().min().unwrap_or(0),
+        per_worker_max: counted.iter().copied().max().unwrap_or(0),
+        in_request_order_frac: if ops == 0 { 0.0 } else { in_order as f64 / ops as f64 },
+    })
+}
+
+impl Contended {
+    pub fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.duration_s
+    }
+
+    /// One JSON object (BENCHMARKS.md field names).
+    pub fn json(&self) -> String {
+        format!(
+            concat!(
+                "{{\"workload\":\"{}\",\"workers\":{},\"servers\":1,\"duration_s\":{:.1},\"ops\":{},\"ops_per_s\":{:.1},",
+                "\"gap_mean_us\":{:.1},\"gap_p50_us\":{:.1},\"gap_p99_us\":{:.1},\"xgap_mean_us\":{:.1},\"xgap_p50_us\":{:.1},",
+                "\"xgap_p99_us\":{:.1},\"self_handoff_frac\":{:.3},\"wait_p50_us\":{:.1},\"wait_p99_us\":{:.1},\"wait_max_us\":{:.1},",
+                "\"per_worker_min\":{},\"per_worker_max\":{},\"in_request_order_frac\":{:.4},",
+                "\"violations\":{},\"overlaps\":{},\"lost_updates\":{},\"errors\":{}}}"
+            ),
+            self.workload,
+            self.workers,
+            self.duration_s,
+            self.ops,
+            self.ops_per_s(),
+            self.gap_us.mean,
+            self.gap_us.p50,
+            self.gap_us.p99,
+            self.xgap_us.mean,
+            self.xgap_us.p50,
+            self.xgap_us.p99,
+            self.self_handoff_frac,
+            self.wait_us.p50,
+            self.wait_us.p99,
+            self.wait_us.max,
+            self.per_worker_min,
+            self.per_worker_max,
+            self.in_request_order_frac,
+            self.violations,
+            self.overlaps,
+            self.lost_updates,
+            self.errors,
+        )
+    }
+}
