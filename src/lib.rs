@@ -32,6 +32,14 @@
 //! - A fixed lease (`try_lock(wait, Duration)`): when the critical section
 //!   has a known upper bound and you want the lock gone after it whatever
 //!   happens. It is never renewed.
+//! - [`Client::fair_lock`]: the same API, but waiters get the lock in the
+//!   order they asked for it and an unlock wakes only the next waiter. Use
+//!   it when starvation matters (long queues, a hot lock some callers keep
+//!   re-taking). It costs a little more per handoff. A queued waiter
+//!   refreshes its place every third of the waiter timeout
+//!   ([`ClientBuilder::fair_waiter_timeout`], 5 s); one that stops
+//!   refreshing (its process died) is evicted after it. A waiter that gives
+//!   up (timeout, dropped future) leaves the queue at once.
 //! - Reentrancy is per owner: by default the current tokio task. Share a
 //!   hold across tasks with [`LockGuard::owner`] and [`Lock::with_owner`].
 //!

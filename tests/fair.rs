@@ -361,3 +361,45 @@ async fn a_newcomer_never_barges_past_queued_waiters() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_thousand_waiters_on_one_lock_all_get_their_turn() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(10)).await;
+        let holder = c.fair_lock("thousands").unwrap().lock().await.unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..2000 {
+            let (lock, done) = (c.fair_lock("thousands").unwrap(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                lock.lock().await.unwrap().unlock().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        assert!(
+            eventually(Duration::from_secs(60), || queue_len(&server, "thousands") == 2000).await,
+            "all queued"
+        );
+        // One subscription per waiting task, all on one connection.
+        assert!(
+            eventually(Duration::from_secs(60), || server.pubsub_channels().len() == 2000).await,
+            "{} wake channels",
+            server.pubsub_channels().len()
+        );
+        let subscribers = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+        assert_eq!(
+            subscribers.as_str().unwrap().lines().count(),
+            1,
+            "one subscriber connection"
+        );
+        holder.unlock().await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 2000);
+        assert_queue_empty(&server, "thousands");
+        assert!(eventually(Duration::from_secs(10), || server.pubsub_channels().is_empty()).await);
+    })
+    .await
+}
