@@ -363,6 +363,46 @@ impl Client {
         Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
     }
 
+    /// Snapshots of every lock under this client's key prefix whose name
+    /// matches the Redis-style glob `pattern` (`*`, `?`), found through their
+    /// fencing-token keys (every lock ever taken has one). Standalone and
+    /// Sentinel deployments (SCAN on one node).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn locks(&self, pattern: &str) -> Result<Vec<crate::LockStatus>> {
+        let prefix = &self.inner.settings.prefix;
+        let mut names: Vec<String> = self
+            .inner
+            .node
+            .scan(&format!("{}:*:token", crate::keys::NAMESPACE))
+            .await?
+            .iter()
+            .filter_map(|k| crate::keys::lock_key_of_token(k))
+            .filter_map(|key| key.strip_prefix(prefix.as_str()).map(str::to_string))
+            .filter(|name| crate::status::glob_match(pattern, name))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.lock(&name) {
+                Ok(lock) => match lock.status().await {
+                    Ok(s) => out.push(s),
+                    Err(Error::WrongType { .. }) => {}
+                    Err(e) => return Err(e),
+                },
+                Err(_) => continue,
+            }
+        }
+        Ok(out)
+    }
+
     /// A new owner, distinct from every task's, to share one hold between
     /// several tasks (see [`Lock::with_owner`]).
     pub fn new_owner(&self) -> Owner {

@@ -13,8 +13,11 @@
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<owner-field>` |
 //!
-//! When `PN` already contains a hash tag (`orders{eu}`), the braces are not
-//! added again: `lockwarden:orders{eu}:channel` hashes on `eu` like the lock.
+//! When `PN` already contains a hash tag (`orders{eu}`), braces are not
+//! added; a `#` marks that form instead: `lockwarden:#orders{eu}:channel`
+//! hashes on `eu` like the lock, and cannot be confused with the companions
+//! of a lock whose whole name would otherwise produce the same text (`x` and
+//! `{x}` get `lockwarden:{x}:…` and `lockwarden:#{x}:…`).
 
 use crate::error::{Error, Result};
 
@@ -60,7 +63,7 @@ impl LockKeys {
             return Err(invalid("the name contains control characters"));
         }
         let base = match hash_tag(&full) {
-            Tag::Some => format!("{NAMESPACE}:{full}"),
+            Tag::Some => format!("{NAMESPACE}:#{full}"),
             Tag::None => format!("{NAMESPACE}:{{{full}}}"),
             Tag::Broken => return Err(invalid(
                 "braces must form one non-empty {hash tag}: the lock's companion keys could not share its cluster slot",
@@ -77,6 +80,18 @@ impl LockKeys {
             wake_prefix: format!("{base}:wake:"),
             fair: false,
         })
+    }
+}
+
+/// The lock key whose fencing-token counter is `token_key`, if it is one.
+pub(crate) fn lock_key_of_token(token_key: &str) -> Option<String> {
+    let base = token_key
+        .strip_prefix(NAMESPACE)?
+        .strip_prefix(':')?
+        .strip_suffix(":token")?;
+    match base.strip_prefix('#') {
+        Some(tagged) => Some(tagged.to_string()),
+        None => Some(base.strip_prefix('{')?.strip_suffix('}')?.to_string()),
     }
 }
 
@@ -136,7 +151,16 @@ mod tests {
         assert_eq!(k.channel, "lockwarden:{orders}:channel");
         assert_eq!(k.token, "lockwarden:{orders}:token");
         let k = LockKeys::new("", "a{eu}").unwrap();
-        assert_eq!(k.channel, "lockwarden:a{eu}:channel");
+        assert_eq!(k.channel, "lockwarden:#a{eu}:channel");
+        // Distinct names never share companions.
+        assert_ne!(
+            LockKeys::new("", "x").unwrap().token,
+            LockKeys::new("", "{x}").unwrap().token
+        );
+        assert_eq!(lock_key_of_token("lockwarden:{x}:token").as_deref(), Some("x"));
+        assert_eq!(lock_key_of_token("lockwarden:#{x}:token").as_deref(), Some("{x}"));
+        assert_eq!(lock_key_of_token("lockwarden:#a{eu}:token").as_deref(), Some("a{eu}"));
+        assert_eq!(lock_key_of_token("other"), None);
     }
 
     #[test]

@@ -95,6 +95,7 @@ mod lock;
 mod node;
 mod owner;
 mod pubsub;
+mod status;
 mod watchdog;
 
 pub use client::{
@@ -106,4 +107,5 @@ pub use guard::LockGuard;
 pub use keys::{MAX_NAME_LEN, NAMESPACE};
 pub use lock::{Lease, Lock};
 pub use owner::Owner;
+pub use status::LockStatus;
 pub use watchdog::LossReason;

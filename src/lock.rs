@@ -232,6 +232,21 @@ impl Lock {
         })
     }
 
+    /// A consistent snapshot of the lock: holders and their reentry counts,
+    /// remaining lease, last fencing token and (fair lock) the queue.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors; [`Error::WrongType`] when the key is not a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn status(&self) -> Result<crate::LockStatus> {
+        let raw = self.inner.node.status(&self.keys).await?;
+        crate::LockStatus::parse(&self.keys.name, &self.keys.lock, raw)
+    }
+
     /// Releases one level held by this handle's owner (the current task, or
     /// the one set with [`Lock::with_owner`]) without its guard, as
     /// Redisson's `unlock()` does. Prefer [`LockGuard::unlock`]; this is for

@@ -41,6 +41,7 @@ pub(crate) static FAIR_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("../lua/fair_release.lua")));
 pub(crate) static FAIR_LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new("leave", include_str!("../lua/fair_leave.lua")));
+pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", include_str!("../lua/status.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
 
@@ -324,6 +325,43 @@ impl Node {
             )
             .await?;
         Ok(reply == 1)
+    }
+
+    /// The raw snapshot of the status script.
+    pub(crate) async fn status(&self, keys: &LockKeys) -> Result<Value> {
+        self.run(
+            &STATUS,
+            &[&keys.lock, &keys.token, &keys.queue],
+            vec![],
+            self.command_timeout,
+        )
+        .await
+    }
+
+    /// The keys matching `pattern` (SCAN; standalone servers).
+    pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut cursor = "0".to_string();
+        let mut out = Vec::new();
+        loop {
+            let cmd = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
+            let args: Vec<Value> = vec![
+                cursor.as_str().into(),
+                "MATCH".into(),
+                pattern.into(),
+                "COUNT".into(),
+                1000.into(),
+            ];
+            let reply: (String, Vec<String>) = self
+                .client
+                .custom(cmd, args)
+                .await
+                .map_err(|e| Error::from_redis("scan", pattern, self.command_timeout, e))?;
+            out.extend(reply.1);
+            if reply.0 == "0" {
+                return Ok(out);
+            }
+            cursor = reply.0;
+        }
     }
 
     pub(crate) async fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u64> {

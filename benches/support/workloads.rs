@@ -21,6 +21,8 @@ pub struct Hold {
 #[derive(Debug, Default)]
 pub struct Contended {
     pub workload: &'static str,
+    /// Acquisitions including the warm-up (for per-operation server costs).
+    pub all_ops: usize,
     pub workers: usize,
     pub duration_s: f64,
     pub ops: usize,
@@ -170,6 +172,7 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
     }
     let ops = measured.len();
     Ok(Contended {
+        all_ops: total_holds as usize,
         workload: if fair { "W5" } else { "W3" },
         workers,
         duration_s: duration.as_secs_f64(),
@@ -230,5 +233,100 @@ impl Contended {
             self.lost_updates,
             self.errors,
         )
+    }
+}
+
+/// The result of an uncontended run (W1, W2).
+#[derive(Debug, Default)]
+pub struct Uncontended {
+    pub workload: &'static str,
+    /// Pairs including the warm-up (for per-operation server costs).
+    pub all_ops: usize,
+    pub workers: usize,
+    pub duration_s: f64,
+    pub ops: usize,
+    pub errors: u64,
+    pub latency_us: Stats,
+}
+
+impl Uncontended {
+    pub fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.duration_s
+    }
+
+    pub fn json(&self) -> String {
+        format!(
+            concat!(
+                "{{\"workload\":\"{}\",\"workers\":{},\"servers\":1,\"duration_s\":{:.1},\"ops\":{},\"ops_per_s\":{:.1},",
+                "\"p50_us\":{:.1},\"p99_us\":{:.1},\"violations\":0,\"overlaps\":0,\"lost_updates\":0,\"errors\":{}}}"
+            ),
+            self.workload,
+            self.workers,
+            self.duration_s,
+            self.ops,
+            self.ops_per_s(),
+            self.latency_us.p50,
+            self.latency_us.p99,
+            self.errors
+        )
+    }
+}
+
+/// W1 (`workers = 1`, one key) or W2 (`workers` tasks sharing one client,
+/// task i on key `w2:i`): lock + unlock pairs for a 1 s warm-up plus
+/// `duration`; a pair counts if it started inside the measured window.
+pub async fn uncontended(client: &Client, workers: usize, duration: Duration) -> Uncontended {
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs(1);
+    let end = measure_from + duration;
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..workers {
+        let name = if workers == 1 {
+            "w1".to_string()
+        } else {
+            format!("w2:{i}")
+        };
+        let lock = client.lock(&name).expect("valid name");
+        let errors = errors.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut all = 0usize;
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                let ok = match lock.lock().await {
+                    Ok(g) => g.unlock().await.is_ok(),
+                    Err(_) => false,
+                };
+                if !ok {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                all += 1;
+                if t0 >= measure_from {
+                    samples.push(us(t0.elapsed()));
+                }
+            }
+            (samples, all)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut all_ops = 0;
+    for t in tasks {
+        let (samples, n) = t.await.expect("worker panicked");
+        all.extend(samples);
+        all_ops += n;
+    }
+    Uncontended {
+        all_ops,
+        workload: if workers == 1 { "W1" } else { "W2" },
+        workers,
+        duration_s: duration.as_secs_f64(),
+        ops: all.len(),
+        errors: errors.load(Ordering::Relaxed),
+        latency_us: stats(all),
     }
 }

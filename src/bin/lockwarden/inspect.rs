@@ -1,0 +1,134 @@
+//! `lockwarden status`, `list` and `unlock --force`.
+
+use std::time::Duration;
+
+use lockwarden::LockStatus;
+use serde_json::json;
+
+use crate::{fail, Ctx};
+
+fn to_json(s: &LockStatus) -> serde_json::Value {
+    json!({
+        "name": s.name,
+        "key": s.key,
+        "held": s.is_held(),
+        "holders": s.holders.iter().map(|(owner, count)| json!({"owner": owner, "count": count})).collect::<Vec<_>>(),
+        "remaining_lease_ms": s.remaining_lease.map(|d| d.as_millis() as u64),
+        "leaked": s.leaked,
+        "last_token": s.last_token,
+        "queue": s.queue,
+    })
+}
+
+fn describe(s: &LockStatus) -> String {
+    let mut out = format!("lock {:?} (key {:?})\n", s.name, s.key);
+    if s.is_held() {
+        for (owner, count) in &s.holders {
+            out += &format!("  held by {owner} (reentry count {count})\n");
+        }
+        match s.remaining_lease {
+            Some(d) => out += &format!("  remaining lease {} ms\n", d.as_millis()),
+            None => out += "  no TTL: leaked, nothing will free it (lockwarden unlock --force)\n",
+        }
+    } else {
+        out += "  free\n";
+    }
+    match s.last_token {
+        Some(t) => out += &format!("  last fencing token {t}\n"),
+        None => out += "  no fencing token handed out yet\n",
+    }
+    if !s.queue.is_empty() {
+        out += &format!("  {} waiting (fair queue, next first):\n", s.queue.len());
+        for w in &s.queue {
+            out += &format!("    {w}\n");
+        }
+    }
+    out
+}
+
+const INSPECT_LEASE: Duration = lockwarden::DEFAULT_WATCHDOG_LEASE;
+
+pub async fn status(ctx: &Ctx, name: &str, as_json: bool) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let lock = match client.lock(name) {
+        Ok(l) => l,
+        Err(e) => return fail("bad lock name", &e),
+    };
+    match lock.status().await {
+        Ok(s) if as_json => println!("{}", to_json(&s)),
+        Ok(s) => print!("{}", describe(&s)),
+        Err(e) => return fail(&format!("reading lock {name:?}"), &e),
+    }
+    0
+}
+
+pub async fn list(ctx: &Ctx, pattern: &str, as_json: bool) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let locks = match client.locks(pattern).await {
+        Ok(l) => l,
+        Err(e) => return fail("listing locks", &e),
+    };
+    if as_json {
+        for s in &locks {
+            println!("{}", to_json(s));
+        }
+        return 0;
+    }
+    println!(
+        "{:<32} {:>5} {:>8} {:>12} {:>10} {:>7} {:>6}",
+        "NAME", "HELD", "HOLDERS", "LEASE_MS", "TOKEN", "QUEUED", "LEAKED"
+    );
+    for s in &locks {
+        println!(
+            "{:<32} {:>5} {:>8} {:>12} {:>10} {:>7} {:>6}",
+            s.name,
+            if s.is_held() { "yes" } else { "no" },
+            s.holders.len(),
+            s.remaining_lease.map_or("-".to_string(), |d| d.as_millis().to_string()),
+            s.last_token.map_or("-".to_string(), |t| t.to_string()),
+            s.queue.len(),
+            if s.leaked { "yes" } else { "no" }
+        );
+    }
+    0
+}
+
+pub async fn force_unlock(ctx: &Ctx, name: &str) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let lock = match client.lock(name) {
+        Ok(l) => l,
+        Err(e) => return fail("bad lock name", &e),
+    };
+    let before = match lock.status().await {
+        Ok(s) => s,
+        Err(e) => return fail(&format!("reading lock {name:?}"), &e),
+    };
+    match lock.force_unlock().await {
+        Ok(true) => {
+            let holders: Vec<String> = before.holders.iter().map(|(o, c)| format!("{o} (count {c})")).collect();
+            println!(
+                "removed lock {name:?} held by {}",
+                if holders.is_empty() {
+                    "nobody".into()
+                } else {
+                    holders.join(", ")
+                }
+            );
+            0
+        }
+        Ok(false) => {
+            println!("no lock {name:?} to remove");
+            0
+        }
+        Err(e) => fail(&format!("removing lock {name:?}"), &e),
+    }
+}

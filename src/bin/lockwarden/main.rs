@@ -1,0 +1,198 @@
+//! `lockwarden`: run a command under a distributed lock, inspect locks, and
+//! benchmark a deployment. See `lockwarden --help` and the README.
+
+mod bench;
+mod inspect;
+mod run;
+
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use lockwarden::{Client, Error};
+
+/// Exit codes (sysexits.h), part of the command's interface.
+pub const EX_USAGE: i32 = 64;
+pub const EX_UNAVAILABLE: i32 = 69;
+pub const EX_SOFTWARE: i32 = 70;
+pub const EX_TEMPFAIL: i32 = 75;
+
+#[derive(Parser, Debug)]
+#[command(name = "lockwarden", version, about = "Distributed locks over Redis, from the shell")]
+struct Cli {
+    /// Redis URL. Default: $LOCKWARDEN_REDIS (comma-separated), else redis://127.0.0.1:6379.
+    #[arg(long = "redis", value_name = "URL", global = true)]
+    redis: Vec<String>,
+    /// Prefix put before every lock name to form its key.
+    #[arg(long, value_name = "P", default_value = "", global = true)]
+    prefix: String,
+    /// Log to stderr: -v debug, -vv trace.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Acquire NAME, run CMD while holding it, release it when CMD exits.
+    Run(RunArgs),
+    /// Show one lock: holders, reentry counts, remaining lease, last token, queue.
+    Status {
+        name: String,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every lock under the prefix.
+    List {
+        /// Only names matching this glob (`*`, `?`).
+        #[arg(long = "match", value_name = "GLOB", default_value = "*")]
+        pattern: String,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a lock whoever holds it, and wake its waiters.
+    Unlock {
+        /// Required: this breaks the lock for its holder.
+        #[arg(long, required = true)]
+        force: bool,
+        name: String,
+    },
+    /// Run the BENCHMARKS.md workloads against the given server.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    pub name: String,
+    /// Give up after waiting this long (exit 75). Default: wait until acquired.
+    #[arg(long, value_name = "D", value_parser = duration)]
+    pub wait: Option<Duration>,
+    /// A fixed lease, never renewed; the command is stopped when it runs out.
+    #[arg(long, value_name = "D", value_parser = duration, conflicts_with = "watchdog_lease")]
+    pub lease: Option<Duration>,
+    /// The watchdog lease, renewed every third of it while CMD runs.
+    #[arg(long, value_name = "D", value_parser = duration, default_value = "30s")]
+    pub watchdog_lease: Duration,
+    /// Use the fair (FIFO) lock.
+    #[arg(long)]
+    pub fair: bool,
+    /// After the lock is lost: time between SIGTERM and SIGKILL to CMD.
+    #[arg(long, value_name = "D", value_parser = duration, default_value = "10s")]
+    pub kill_grace: Duration,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h 30m`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 500ms, 10s, 2m)"))
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    if cli.verbose > 0 {
+        let level = if cli.verbose == 1 {
+            "lockwarden=debug"
+        } else {
+            "lockwarden=trace,fred=debug"
+        };
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockwarden: cannot start the runtime: {e}");
+            std::process::exit(EX_SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    std::process::exit(code);
+}
+
+async fn dispatch(cli: Cli) -> i32 {
+    let urls = if cli.redis.is_empty() {
+        std::env::var("LOCKWARDEN_REDIS")
+            .ok()
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        cli.redis.clone()
+    };
+    let url = match urls.as_slice() {
+        [] => "redis://127.0.0.1:6379".to_string(),
+        [one] => one.clone(),
+        _ => {
+            eprintln!("lockwarden: a quorum of several masters is not supported yet; give one --redis URL");
+            return EX_USAGE;
+        }
+    };
+    let ctx = Ctx {
+        url,
+        prefix: cli.prefix.clone(),
+    };
+    match cli.command {
+        Command::Run(args) => run::run(&ctx, args).await,
+        Command::Status { name, json } => inspect::status(&ctx, &name, json).await,
+        Command::List { pattern, json } => inspect::list(&ctx, &pattern, json).await,
+        Command::Unlock { name, .. } => inspect::force_unlock(&ctx, &name).await,
+        Command::Bench(args) => bench::bench(&ctx, args).await,
+    }
+}
+
+/// What every command needs to connect.
+pub struct Ctx {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Ctx {
+    /// Connects, or says why not and returns the exit code.
+    pub async fn connect(&self, watchdog_lease: Duration) -> Result<Client, i32> {
+        Client::builder(&self.url)
+            .key_prefix(self.prefix.clone())
+            .watchdog_lease(watchdog_lease)
+            .build()
+            .await
+            .map_err(|e| fail(&format!("cannot use redis at {}", self.url), &e))
+    }
+}
+
+/// Prints one line for `e` and returns the exit code it maps to.
+pub fn fail(what: &str, e: &Error) -> i32 {
+    eprintln!("lockwarden: {what}: {e}");
+    exit_code(e)
+}
+
+/// Bad input is a usage error; everything about reaching Redis is 69.
+pub fn exit_code(e: &Error) -> i32 {
+    match e {
+        Error::InvalidName { .. } | Error::InvalidDuration { .. } | Error::Config(_) | Error::WrongType { .. } => {
+            EX_USAGE
+        }
+        _ => EX_UNAVAILABLE,
+    }
+}

@@ -1,0 +1,121 @@
+//! Read-only snapshots of locks, for tools and dashboards.
+
+use std::time::Duration;
+
+use fred::types::Value;
+
+use crate::error::{Error, Result};
+
+/// A consistent snapshot of one lock, read in one script call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock's name (without the key prefix).
+    pub name: String,
+    /// The Redis key of the lock hash.
+    pub key: String,
+    /// Each holder's owner field (`<client-uuid>:<owner-id>`) and reentry count.
+    pub holders: Vec<(String, u64)>,
+    /// The holder's remaining lease; `None` when free or when the key has no
+    /// TTL (see [`LockStatus::leaked`]).
+    pub remaining_lease: Option<Duration>,
+    /// Held, but the key has no TTL: nothing will ever free it by itself.
+    pub leaked: bool,
+    /// The last fencing token handed out for this lock, if any.
+    pub last_token: Option<u64>,
+    /// Fair lock: waiting owner fields, next in line first.
+    pub queue: Vec<String>,
+}
+
+impl LockStatus {
+    /// Whether anyone holds the lock.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+
+    pub(crate) fn parse(name: &str, key: &str, raw: Value) -> Result<LockStatus> {
+        let bad = || Error::Redis {
+            op: "status",
+            kind: crate::error::RedisErrorKind::Other,
+            message: "unexpected status reply".into(),
+        };
+        let Value::Array(parts) = raw else { return Err(bad()) };
+        let [holders, pttl, token, queue] = <[Value; 4]>::try_from(parts).map_err(|_| bad())?;
+        let strings = |v: Value| -> Vec<String> {
+            match v {
+                Value::Array(items) => items.into_iter().filter_map(|i| i.into_string()).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let flat = strings(holders);
+        let holders = flat
+            .chunks(2)
+            .filter_map(|p| Some((p[0].clone(), p.get(1)?.parse().ok()?)))
+            .collect::<Vec<_>>();
+        let pttl = pttl.as_i64().unwrap_or(-2);
+        Ok(LockStatus {
+            name: name.to_string(),
+            key: key.to_string(),
+            leaked: !holders.is_empty() && pttl == -1,
+            holders,
+            remaining_lease: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            last_token: token.as_u64(),
+            queue: strings(queue),
+        })
+    }
+}
+
+/// Redis-style glob match (`*`, `?`, `\\` escapes) of `text` against `pattern`.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some(pi);
+                mark = ti;
+                pi += 1;
+            }
+            Some('?') => {
+                pi += 1;
+                ti += 1;
+            }
+            Some('\\') if p.get(pi + 1) == Some(&t[ti]) => {
+                pi += 2;
+                ti += 1;
+            }
+            Some(c) if *c == t[ti] && *c != '\\' => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some(s) => {
+                    pi = s + 1;
+                    mark += 1;
+                    ti = mark;
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("job:*", "job:nightly"));
+        assert!(!glob_match("job:*", "jobs"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*x*y", "axbxy"));
+        assert!(glob_match("a\\*", "a*"));
+        assert!(!glob_match("a\\*", "ab"));
+        assert!(glob_match("", ""));
+        assert!(!glob_match("", "a"));
+    }
+}

@@ -1,0 +1,343 @@
+//! The `lockwarden` command, run as a process against servers the tests start.
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockwarden");
+
+fn cli(server: &RedisServer) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("LOCKWARDEN_REDIS").args(["--redis", &server.url()]);
+    c
+}
+
+/// Waits for `child` at most `limit`; kills it and panics past that.
+fn wait(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("lockwarden did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run(mut cmd: Command, limit: Duration) -> Output {
+    wait(
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(),
+        limit,
+    )
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lockwarden-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const T: Duration = Duration::from_secs(20);
+
+#[test]
+fn exit_codes() {
+    let server = RedisServer::start();
+    // The command's own status, and its environment.
+    let mut c = cli(&server);
+    c.args([
+        "run",
+        "codes",
+        "--",
+        "sh",
+        "-c",
+        "test \"$LOCKWARDEN_LOCK\" = codes && test \"$LOCKWARDEN_TOKEN\" -ge 1 && exit 7",
+    ]);
+    assert_eq!(code(&run(c, T)), 7);
+    // Killed by a signal: 128 + signal.
+    let mut c = cli(&server);
+    c.args(["run", "codes", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(code(&run(c, T)), 137);
+    // Not acquired within --wait: 75, one line.
+    let holder = Command::new(BIN)
+        .args(["--redis", &server.url(), "run", "codes", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    assert!(eventually_sync(T, || server.cmd(&["EXISTS", "codes"]).as_int() == Some(1)));
+    let mut c = cli(&server);
+    c.args(["run", "codes", "--wait", "200ms", "--", "true"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1);
+    unsafe { libc::kill(holder.id() as i32, libc::SIGTERM) };
+    let _ = wait(holder, T);
+    // Redis unreachable: 69, one line naming it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = Command::new(BIN);
+    c.args([
+        "--redis",
+        &format!("redis://127.0.0.1:{closed}"),
+        "run",
+        "x",
+        "--",
+        "true",
+    ]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 69);
+    assert!(
+        stderr(&o).contains(&closed.to_string()) && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    // Usage errors: 64.
+    for args in [
+        vec!["run", "x"],
+        vec!["run", "x", "--wait", "soon", "--", "true"],
+        vec!["run", "x", "--lease", "1s", "--watchdog-lease", "1s", "--", "true"],
+        vec!["run", "", "--", "true"],
+        vec!["unlock", "x"],
+        vec!["bench", "--workload", "W9"],
+        vec!["frobnicate"],
+    ] {
+        let mut c = cli(&server);
+        c.args(&args);
+        assert_eq!(code(&run(c, T)), 64, "{args:?}");
+    }
+    let mut c = cli(&server);
+    c.args(["--redis", &server.url(), "status", "x"]);
+    assert_eq!(code(&run(c, T)), 64, "several --redis (a quorum) is not supported yet");
+}
+
+fn eventually_sync(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn eight_concurrent_runs_never_overlap() {
+    let server = RedisServer::start();
+    let dir = tempdir("overlap");
+    let script = format!(
+        "if [ -e {d}/inside ]; then echo overlap >> {d}/bad; fi; touch {d}/inside; sleep 0.05; rm {d}/inside; echo x >> {d}/count",
+        d = dir.display()
+    );
+    let children: Vec<Child> = (0..8)
+        .map(|_| {
+            let mut c = cli(&server);
+            c.args(["run", "shared", "--", "sh", "-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert!(!dir.join("bad").exists(), "two commands ran at once");
+    assert_eq!(std::fs::read_to_string(dir.join("count")).unwrap().lines().count(), 8);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_command_that_outlives_its_lock_is_terminated_and_run_exits_70() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    // The command ignores SIGTERM: SIGKILL follows after the grace.
+    c.args([
+        "run",
+        "lost",
+        "--watchdog-lease",
+        "900ms",
+        "--kill-grace",
+        "500ms",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; while :; do sleep 0.1; done",
+    ]);
+    let child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(eventually_sync(T, || server.cmd(&["EXISTS", "lost"]).as_int() == Some(1)));
+    std::thread::sleep(Duration::from_millis(200));
+    server.flushall();
+    let flushed = Instant::now();
+    let o = wait(child, T);
+    let took = flushed.elapsed();
+    assert_eq!(code(&o), 70, "{}", stderr(&o));
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+    // One renewal period (300 ms) + the grace (500 ms) + slack.
+    assert!(took < Duration::from_millis(300 + 500 + 700), "took {took:?}");
+    assert_eq!(server.cmd(&["EXISTS", "lost"]).as_int(), Some(0), "not re-created");
+}
+
+#[test]
+fn a_killed_run_leaves_a_lock_another_run_gets_within_the_watchdog_lease() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["run", "crash", "--watchdog-lease", "2s", "--", "sleep", "5"]);
+    let victim = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    assert!(eventually_sync(T, || server.cmd(&["EXISTS", "crash"]).as_int() == Some(1)));
+    unsafe { libc::kill(victim.id() as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    let _ = wait(victim, T);
+    let mut c = cli(&server);
+    c.args(["run", "crash", "--wait", "10s", "--", "true"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        killed.elapsed() < Duration::from_millis(2000 + 700),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn signals_are_forwarded_to_the_command() {
+    let server = RedisServer::start();
+    let dir = tempdir("signals");
+    for (sig, name) in [(libc::SIGTERM, "TERM"), (libc::SIGINT, "INT"), (libc::SIGHUP, "HUP")] {
+        let marker = dir.join(name);
+        let script = format!(
+            "trap 'echo got > {}; exit 3' {name}; while :; do sleep 0.05; done",
+            marker.display()
+        );
+        let mut c = cli(&server);
+        c.args(["run", "signals", "--", "sh", "-c", &script]);
+        let child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        assert!(eventually_sync(T, || server.cmd(&["EXISTS", "signals"]).as_int() == Some(1)));
+        std::thread::sleep(Duration::from_millis(300)); // the shell installs its trap
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let o = wait(child, T);
+        assert_eq!(code(&o), 3, "{name}: {}", stderr(&o));
+        assert!(marker.exists(), "{name} reached the command");
+        assert!(
+            eventually_sync(T, || server.cmd(&["EXISTS", "signals"]).as_int() == Some(0)),
+            "released"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_list_report_holders_counts_queue_ttl_and_leaks() {
+    let server = RedisServer::start();
+    let c = lockwarden::Client::builder(&server.url())
+        .fair_waiter_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let lock = c.fair_lock("job:report").unwrap();
+    let g1 = lock.lock().await.unwrap();
+    let g2 = lock.lock().await.unwrap();
+    let waiter = c.fair_lock("job:report").unwrap();
+    let w = tokio::spawn(async move { waiter.lock().await.map(drop) });
+    assert!(
+        eventually(T, || server.cmd(&["LLEN", "lockwarden:{job:report}:queue"]).as_int()
+            == Some(1))
+        .await
+    );
+    // A lock key without TTL: leaked.
+    let leaked = c.lock("job:leaked").unwrap().lock().await.unwrap();
+    server.cmd(&["PERSIST", "job:leaked"]);
+    c.lock("other").unwrap().lock().await.unwrap().unlock().await.unwrap();
+
+    let s = tokio::task::spawn_blocking({
+        let mut cmd = cli(&server);
+        cmd.args(["status", "job:report", "--json"]);
+        move || run(cmd, T)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&s), 0, "{}", stderr(&s));
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["held"], true);
+    assert_eq!(v["holders"][0]["owner"], g1.owner().field());
+    assert_eq!(v["holders"][0]["count"], 2);
+    let ms = v["remaining_lease_ms"].as_u64().unwrap();
+    assert!(ms > 25_000 && ms <= 30_000, "{ms}");
+    assert_eq!(v["last_token"], g1.token());
+    assert_eq!(v["queue"].as_array().unwrap().len(), 1);
+    assert_eq!(v["leaked"], false);
+
+    let l = tokio::task::spawn_blocking({
+        let mut cmd = cli(&server);
+        cmd.args(["list", "--match", "job:*", "--json"]);
+        move || run(cmd, T)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&l), 0, "{}", stderr(&l));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&l.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["job:leaked", "job:report"], "only the matching locks");
+    assert_eq!(rows[0]["leaked"], true);
+    assert_eq!(rows[0]["remaining_lease_ms"], serde_json::Value::Null);
+    assert_eq!(rows[1]["holders"][0]["count"], 2);
+    assert_eq!(rows[1]["queue"].as_array().unwrap().len(), 1);
+
+    // unlock --force removes it and says what it removed.
+    let u = tokio::task::spawn_blocking({
+        let mut cmd = cli(&server);
+        cmd.args(["unlock", "--force", "job:leaked"]);
+        move || run(cmd, T)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&u), 0);
+    assert!(String::from_utf8_lossy(&u.stdout).contains(leaked.owner().field()));
+    assert_eq!(server.cmd(&["EXISTS", "job:leaked"]).as_int(), Some(0));
+    drop(leaked);
+    g2.unlock().await.unwrap();
+    g1.unlock().await.unwrap();
+    w.await.unwrap().unwrap();
+}
+
+#[test]
+fn bench_w1_prints_valid_json() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["bench", "--workload", "W1", "--duration", "1s", "--json"]);
+    let o = run(c, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let w1 = lines.iter().find(|l| l["workload"] == "W1").expect("a W1 line");
+    assert!(w1["ops_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(w1["violations"], 0);
+    assert!(w1["p50_us"].as_f64().unwrap() > 0.0);
+    assert!(
+        lines.iter().any(|l| l["limit"] == "ping_c1"),
+        "the limit measured in the same run"
+    );
+    assert!(stderr(&o).contains("W1"), "progress on stderr");
+}
