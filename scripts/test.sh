@@ -7,6 +7,7 @@ ensure_redis
 set -x
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+cargo clippy --lib --no-default-features -- -D warnings
 cargo test --all-targets
 cargo test --doc
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps

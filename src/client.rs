@@ -34,6 +34,7 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) watchdog_lease: Duration,
     pub(crate) command_timeout: Duration,
+    pub(crate) metric_lock_names: bool,
 }
 
 /// Builds a [`Client`]; see [`Client::builder`].
@@ -46,9 +47,18 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     fair_waiter_timeout: Duration,
+    metric_lock_names: bool,
 }
 
 impl ClientBuilder {
+    /// Label metrics with the lock's name (`lock="..."`). Defaults to off:
+    /// one time series per lock name can be too many for a metrics backend,
+    /// and names may be sensitive.
+    pub fn metric_lock_names(mut self, on: bool) -> Self {
+        self.metric_lock_names = on;
+        self
+    }
+
     /// Fair locks: how long a queued waiter may go without refreshing its
     /// place before it is evicted (a waiter whose process died). Live
     /// waiters refresh every third of it, whatever the holder does. Defaults
@@ -155,14 +165,15 @@ impl ClientBuilder {
         node.load_scripts().await;
         let inner = Arc::new(Inner {
             owners: Arc::new(Owners::new(uuid.clone())),
+            holds: Holds::new(uuid.clone()),
             uuid,
             node,
             pubsub: PubSub::new(sub, runtime.clone(), command_timeout),
-            holds: Holds::default(),
             settings: Settings {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,
                 command_timeout,
+                metric_lock_names: self.metric_lock_names,
             },
             next_request: AtomicU64::new(0),
             request_nonce: {
@@ -320,6 +331,7 @@ impl Client {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
+            metric_lock_names: false,
         }
     }
 

@@ -27,6 +27,7 @@ pub struct LockGuard {
     /// End of a fixed lease, counted from when the acquire was sent.
     expires_at: Option<Instant>,
     depth: u64,
+    acquired_at: Instant,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -68,6 +69,7 @@ impl LockGuard {
             lease,
             expires_at,
             depth,
+            acquired_at: Instant::now(),
         }
     }
 
@@ -175,6 +177,11 @@ impl LockGuard {
 
     /// Local bookkeeping of a release: stops renewal of the last level.
     fn begin_release(&mut self) -> Release {
+        let labels = crate::observe::Labels {
+            kind: if self.keys.fair { "fair" } else { "reentrant" },
+            lock: self.inner.settings.metric_lock_names.then_some(self.keys.name.as_str()),
+        };
+        crate::observe::released(labels, self.acquired_at.elapsed());
         let pin = self.pin.take();
         let watchdog = self.lease == Lease::Watchdog;
         let (still_watched, must_release) = self.inner.holds.leave(&self.hold, watchdog);
@@ -234,7 +241,7 @@ impl Release {
         drop(pending);
         match res {
             Ok(ReleaseReply::Released) => {
-                tracing::trace!(lock = %self.keys.name, "released");
+                tracing::debug!(lock = %self.keys.name, "released");
                 Ok(())
             }
             Ok(ReleaseReply::StillHeld(n)) => {

@@ -93,6 +93,7 @@ mod guard;
 mod keys;
 mod lock;
 mod node;
+mod observe;
 mod owner;
 mod pubsub;
 mod status;

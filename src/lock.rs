@@ -326,9 +326,60 @@ impl Lock {
         }
     }
 
+    pub(crate) fn labels(&self) -> crate::observe::Labels<'_> {
+        crate::observe::Labels {
+            kind: if self.keys.fair { "fair" } else { "reentrant" },
+            lock: self.inner.settings.metric_lock_names.then_some(self.keys.name.as_str()),
+        }
+    }
+
+    /// [`Lock::acquire_inner`] in a tracing span, with its outcome recorded.
+    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
+        use tracing::Instrument;
+        let labels = self.labels();
+        let span = tracing::debug_span!(
+            "lockwarden.acquire",
+            lock = %self.keys.name,
+            kind = labels.kind,
+            wait_ms = wait.map(|w| w.as_millis() as u64),
+            lease = ?lease,
+        );
+        let start = Instant::now();
+        let result = self.acquire_inner(wait, lease).instrument(span.clone()).await;
+        let waited = start.elapsed();
+        span.in_scope(|| match &result {
+            Ok(Some(g)) => {
+                crate::observe::acquired(labels, waited);
+                tracing::debug!(
+                    token = g.token(),
+                    hold_count = g.depth(),
+                    waited_us = waited.as_micros() as u64,
+                    "acquired"
+                );
+            }
+            Ok(None) => {
+                crate::observe::not_acquired(labels, waited, "timeout");
+                tracing::debug!(
+                    waited_us = waited.as_micros() as u64,
+                    "not acquired within the wait (deadline)"
+                );
+            }
+            Err(e) => {
+                crate::observe::not_acquired(labels, waited, crate::observe::reason(e));
+                match e {
+                    Error::InvalidName { .. } | Error::InvalidDuration { .. } => {
+                        tracing::debug!(error = %e, "rejected")
+                    }
+                    _ => tracing::warn!(error = %e, "acquire failed"),
+                }
+            }
+        });
+        result
+    }
+
     /// The acquire loop of DESIGN.md §3 (and §7 for a fair lock).
     /// `wait: None` waits forever.
-    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
+    async fn acquire_inner(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
         if let Lease::Fixed(d) = lease {
             check_lease(d)?;
         }
@@ -368,6 +419,7 @@ impl Lock {
         // keeps the lock.
         let refresh = self.inner.node.waiter_timeout / 3;
         let mut queued_backoff = Duration::from_millis(10);
+        let _waiting = crate::observe::Waiting::enter(&self.inner.uuid);
         loop {
             // Registered before the attempt: an unlock landing between the
             // attempt and the sleep still wakes us. (The first attempt above
@@ -406,8 +458,14 @@ impl Lock {
                 sleep = sleep.min(d - now);
             }
             tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep(sleep) => {}
+                _ = notified => {
+                    crate::observe::wakeup(self.labels(), "pubsub");
+                    tracing::trace!("woken by an unlock message");
+                }
+                _ = tokio::time::sleep(sleep) => {
+                    crate::observe::wakeup(self.labels(), "lease_timeout");
+                    tracing::trace!(slept_ms = sleep.as_millis() as u64, "woken by the lease bound");
+                }
             }
         }
     }
@@ -447,6 +505,7 @@ impl Lock {
             Err(e) if e.is_outcome_unknown() => {} // stays armed
             _ => pending.armed = false,
         }
+        tracing::trace!(enqueue, reply = ?reply, "attempt");
         Ok(match reply? {
             AcquireReply::Acquired { token, count } => Ok(LockGuard::new(
                 self.inner.clone(),

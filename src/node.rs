@@ -169,6 +169,7 @@ impl Node {
                 Ok(r) => return Ok((r, resent)),
                 Err(e) if !use_eval && e.details().starts_with("NOSCRIPT") => {
                     tracing::debug!(op = script.op, "script cache empty (NOSCRIPT), sending the script");
+                    crate::observe::noscript();
                     use_eval = true;
                 }
                 Err(e) => {

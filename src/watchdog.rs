@@ -36,6 +36,17 @@ pub enum LossReason {
     NotHeld,
 }
 
+impl LossReason {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LossReason::Gone => "gone",
+            LossReason::RenewalFailed => "renewal_failed",
+            LossReason::LeaseExpired => "lease_expired",
+            LossReason::NotHeld => "not_held",
+        }
+    }
+}
+
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -81,8 +92,10 @@ impl Hold {
         }
     }
 
+    /// Marks the hold lost (once: later reasons are ignored), counts it and
+    /// says so at `warn`.
     pub(crate) fn mark_lost(&self, why: LossReason) {
-        self.lost.send_if_modified(|l| {
+        let first = self.lost.send_if_modified(|l| {
             if l.is_none() {
                 *l = Some(why);
                 true
@@ -90,6 +103,10 @@ impl Hold {
                 false
             }
         });
+        if first {
+            crate::observe::lost(why.label());
+            tracing::warn!(lock = %self.lock_key, reason = why.label(), "lock lost: {why}");
+        }
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LossReason> {
@@ -118,12 +135,20 @@ impl Hold {
 type HoldKey = (String, Arc<str>);
 
 /// Every live hold of a client.
-#[derive(Default)]
 pub(crate) struct Holds {
     map: Mutex<HashMap<HoldKey, Arc<Hold>>>,
+    /// The client's uuid, the label of its gauges.
+    client: String,
 }
 
 impl Holds {
+    pub(crate) fn new(client: String) -> Holds {
+        Holds {
+            map: Mutex::new(HashMap::new()),
+            client,
+        }
+    }
+
     /// Records one more guard on the hold an acquisition returned. A reply
     /// with another token than the known hold means that hold ended (lost)
     /// and this is a fresh one.
@@ -145,6 +170,7 @@ impl Holds {
                 }
                 let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), token, sent_at));
                 map.insert(key, h.clone());
+                crate::observe::held(&self.client, map.len());
                 h
             }
         };
@@ -189,6 +215,7 @@ impl Holds {
             let key = (hold.lock_key.clone(), hold.owner_field.clone());
             if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
                 map.remove(&key);
+                crate::observe::held(&self.client, map.len());
             }
         }
         (st.watchdog_guards > 0, release)
@@ -250,22 +277,23 @@ pub(crate) async fn tick(inner: &Inner) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (h.lock_key.as_str(), &*h.owner_field)).collect();
         match inner.node.renew(&pairs, lease, timeout).await {
             Ok(flags) => {
-                tracing::trace!(size = batch.len(), "renewal batch done");
+                let renewed = flags.iter().filter(|ok| **ok).count();
+                tracing::trace!(size = batch.len(), node = 0, renewed, "renewal batch done");
+                crate::observe::renewals(renewed as u64, 0);
                 for (h, ok) in batch.iter().zip(flags) {
                     if ok {
                         h.confirm(sent_at);
                     } else {
-                        tracing::warn!(lock = %h.lock_key, "lock lost: its owner field is gone");
                         h.mark_lost(LossReason::Gone);
                     }
                 }
             }
             Err(e) => {
-                tracing::debug!(size = batch.len(), error = %e, "renewal batch failed, retrying next tick");
+                tracing::debug!(size = batch.len(), node = 0, error = %e, "renewal batch failed, retrying next tick");
+                crate::observe::renewals(0, batch.len() as u64);
                 let now = Instant::now();
                 for h in &batch {
                     if now >= h.last_confirmed() + lease {
-                        tracing::warn!(lock = %h.lock_key, "lock lost: no renewal confirmed within its lease");
                         h.mark_lost(LossReason::RenewalFailed);
                     }
                 }

@@ -1,0 +1,121 @@
+//! Metrics, through the `metrics` facade (feature `metrics`, on by default).
+//!
+//! Every metric lockwarden records is named here; the README has the table.
+//! Without the feature these functions compile to nothing. With it and no
+//! exporter installed, the facade's no-op recorder takes them.
+
+use std::time::Duration;
+
+/// Labels shared by a lock's metrics.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Labels<'a> {
+    pub kind: &'static str,
+    /// The lock's name, only when the client enables per-lock labels.
+    pub lock: Option<&'a str>,
+}
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use super::*;
+    use metrics::{counter, gauge, histogram};
+
+    macro_rules! with_lock {
+        ($macro:ident, $name:expr, $l:expr $(, $k:literal => $v:expr)*) => {
+            match $l.lock {
+                Some(lock) => $macro!($name, "kind" => $l.kind $(, $k => $v)*, "lock" => lock.to_string()),
+                None => $macro!($name, "kind" => $l.kind $(, $k => $v)*),
+            }
+        };
+    }
+
+    pub(crate) fn acquired(l: Labels<'_>, waited: Duration) {
+        with_lock!(counter, "lockwarden_acquisitions_total", l).increment(1);
+        with_lock!(histogram, "lockwarden_acquire_wait_seconds", l, "outcome" => "acquired").record(waited);
+    }
+
+    pub(crate) fn not_acquired(l: Labels<'_>, waited: Duration, reason: &'static str) {
+        let outcome = if reason == "timeout" { "timed_out" } else { "error" };
+        with_lock!(counter, "lockwarden_acquire_failures_total", l, "reason" => reason).increment(1);
+        with_lock!(histogram, "lockwarden_acquire_wait_seconds", l, "outcome" => outcome).record(waited);
+    }
+
+    pub(crate) fn released(l: Labels<'_>, held: Duration) {
+        with_lock!(counter, "lockwarden_releases_total", l).increment(1);
+        with_lock!(histogram, "lockwarden_hold_seconds", l).record(held);
+    }
+
+    pub(crate) fn wakeup(l: Labels<'_>, source: &'static str) {
+        with_lock!(counter, "lockwarden_wakeups_total", l, "source" => source).increment(1);
+    }
+
+    pub(crate) fn renewals(ok: u64, failed: u64) {
+        if ok > 0 {
+            counter!("lockwarden_renewals_total", "result" => "ok").increment(ok);
+        }
+        if failed > 0 {
+            counter!("lockwarden_renewals_total", "result" => "failed").increment(failed);
+        }
+    }
+
+    pub(crate) fn lost(reason: &'static str) {
+        counter!("lockwarden_locks_lost_total", "reason" => reason).increment(1);
+    }
+
+    pub(crate) fn noscript() {
+        counter!("lockwarden_noscript_reloads_total").increment(1);
+    }
+
+    pub(crate) fn held(client: &str, n: usize) {
+        gauge!("lockwarden_locks_held", "client" => client.to_string()).set(n as f64);
+    }
+
+    pub(crate) fn waiting(client: &str, delta: f64) {
+        gauge!("lockwarden_waiting_tasks", "client" => client.to_string()).increment(delta);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod imp {
+    use super::*;
+    pub(crate) fn acquired(_: Labels<'_>, _: Duration) {}
+    pub(crate) fn not_acquired(_: Labels<'_>, _: Duration, _: &'static str) {}
+    pub(crate) fn released(_: Labels<'_>, _: Duration) {}
+    pub(crate) fn wakeup(_: Labels<'_>, _: &'static str) {}
+    pub(crate) fn renewals(_: u64, _: u64) {}
+    pub(crate) fn lost(_: &'static str) {}
+    pub(crate) fn noscript() {}
+    pub(crate) fn held(_: &str, _: usize) {}
+    pub(crate) fn waiting(_: &str, _: f64) {}
+}
+
+pub(crate) use imp::*;
+
+/// Counts a task as waiting for as long as it lives.
+pub(crate) struct Waiting<'a>(pub &'a str);
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn enter(client: &'a str) -> Waiting<'a> {
+        waiting(client, 1.0);
+        Waiting(client)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        waiting(self.0, -1.0);
+    }
+}
+
+/// The failure class of an error, as a metric label.
+pub(crate) fn reason(e: &crate::Error) -> &'static str {
+    use crate::Error as E;
+    match e {
+        E::Connection { .. } => "connection",
+        E::Timeout { .. } => "redis_timeout",
+        E::WrongType { .. } => "wrong_type",
+        E::InvalidName { .. } | E::InvalidDuration { .. } | E::Config(_) => "invalid_input",
+        E::NotHeld { .. } => "not_held",
+        _ => "redis",
+    }
+}
