@@ -86,8 +86,11 @@ enum Value {
     Histogram(Vec<f64>),
 }
 
-/// The recorded values now: (name, labels, value). Reading changes nothing.
-struct Snap(Vec<(String, Vec<(String, String)>, Value)>);
+/// One recorded metric: name, labels, value.
+type Entry = (String, Vec<(String, String)>, Value);
+
+/// The recorded values now. Reading changes nothing.
+struct Snap(Vec<Entry>);
 
 fn snap() -> Snap {
     let r = &recorded().metrics;
