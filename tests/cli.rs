@@ -341,3 +341,25 @@ fn bench_w1_prints_valid_json() {
     );
     assert!(stderr(&o).contains("W1"), "progress on stderr");
 }
+
+#[test]
+fn verbose_flags_log_to_stderr() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["-v", "run", "chatty", "--", "true"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 0);
+    let err = stderr(&o);
+    assert!(
+        err.contains("acquired") && err.contains("lockwarden.acquire"),
+        "debug events in the span: {err}"
+    );
+    assert!(!err.contains("attempt"), "trace events only with -vv");
+    let mut c = cli(&server);
+    c.args(["-vv", "run", "chatty", "--", "true"]);
+    let err = stderr(&run(c, T));
+    assert!(err.contains("attempt"), "trace events with -vv: {err}");
+    let mut c = cli(&server);
+    c.args(["run", "chatty", "--", "true"]);
+    assert!(stderr(&run(c, T)).is_empty(), "quiet by default");
+}
