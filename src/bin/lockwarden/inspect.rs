@@ -48,14 +48,16 @@ fn describe(s: &LockStatus) -> String {
 
 const INSPECT_LEASE: Duration = lockwarden::DEFAULT_WATCHDOG_LEASE;
 
+/// Connects and opens the lock `name`, or says why not (the exit code).
+async fn open(ctx: &Ctx, name: &str) -> Result<lockwarden::Lock, i32> {
+    let client = ctx.connect(INSPECT_LEASE).await?;
+    client.lock(name).map_err(|e| fail("bad lock name", &e))
+}
+
 pub async fn status(ctx: &Ctx, name: &str, as_json: bool) -> i32 {
-    let client = match ctx.connect(INSPECT_LEASE).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let lock = match client.lock(name) {
+    let lock = match open(ctx, name).await {
         Ok(l) => l,
-        Err(e) => return fail("bad lock name", &e),
+        Err(code) => return code,
     };
     match lock.status().await {
         Ok(s) if as_json => println!("{}", to_json(&s)),
@@ -100,13 +102,9 @@ pub async fn list(ctx: &Ctx, pattern: &str, as_json: bool) -> i32 {
 }
 
 pub async fn force_unlock(ctx: &Ctx, name: &str) -> i32 {
-    let client = match ctx.connect(INSPECT_LEASE).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let lock = match client.lock(name) {
+    let lock = match open(ctx, name).await {
         Ok(l) => l,
-        Err(e) => return fail("bad lock name", &e),
+        Err(code) => return code,
     };
     let before = match lock.status().await {
         Ok(s) => s,
