@@ -165,6 +165,9 @@ impl LockGuard {
     /// lease ran out, it was force-unlocked or flushed): nothing was changed.
     /// Redis errors when the release could not be confirmed; it is re-sent in
     /// the background, and the lease bounds the hold, since renewal stopped.
+    /// When a reply was lost and the re-sent release finds the lock no longer
+    /// ours, the call reports success: the first send freed it, or the lease
+    /// had run out just before; either way the lock is free of this hold.
     ///
     /// # Cancel safety
     ///
