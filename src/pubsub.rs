@@ -2,8 +2,9 @@
 //!
 //! Waiters register interest in a channel before the attempt that precedes
 //! their sleep; the first interest subscribes, the last one to leave
-//! unsubscribes. Messages are dispatched to a [`Notify`] per channel. A
-//! lagging message stream or a reconnect wakes every waiter so it re-checks,
+//! unsubscribes. Each message wakes one waiter of its channel through a
+//! [`Notify`] per channel. A lagging message stream or a reconnect wakes
+//! every waiter so it re-checks,
 //! and waiters always bound their sleep by the holder's lease, so a lost
 //! message only delays them.
 
@@ -182,8 +183,11 @@ async fn listen(
                 let Some(ps) = ps.upgrade() else { return };
                 match m {
                     Ok(msg) => {
+                        // One unlock frees the lock for one taker: wake one local
+                        // waiter, not all of them (if it is dropped before it
+                        // tries, tokio hands the wake-up to another waiter).
                         if let Some(e) = ps.channels.lock().get(&*msg.channel) {
-                            e.chan.notify.notify_waiters();
+                            e.chan.notify.notify_one();
                         }
                     }
                     Err(RecvError::Lagged(n)) => {

@@ -668,3 +668,40 @@ async fn the_watchdog_renews_all_held_locks_in_batches_of_a_hundred() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unlock_wakes_one_local_waiter_not_all() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let holder = c.lock("herd").unwrap().lock().await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let (lock, tx, first) = (c.lock("herd").unwrap(), tx.clone(), first.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                let _ = tx.send(());
+                if first.swap(false, Ordering::SeqCst) {
+                    // The first one keeps it until the test is done measuring.
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                }
+                g.unlock().await.unwrap();
+            }));
+        }
+        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+        tokio::time::sleep(Duration::from_millis(300)).await; // all ten asleep
+        let before = server.command_calls("evalsha");
+        holder.unlock().await.unwrap();
+        rx.recv().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let calls = server.command_calls("evalsha") - before;
+        // The release and one acquire; not ten attempts for one free lock.
+        assert!(calls <= 3, "{calls} script calls after one unlock");
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+}
