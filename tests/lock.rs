@@ -50,6 +50,7 @@ async fn lock_and_unlock(kind: Kind) {
         assert!(!lock.is_locked().await.unwrap());
         assert_eq!(server.cmd(&["EXISTS", "plain"]).as_int(), Some(0));
         assert_eq!(c.held_locks(), 0);
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -77,6 +78,7 @@ async fn reentrancy_three_deep_with_hold_counts(kind: Kind) {
         g1.unlock().await.unwrap();
         assert_eq!(lock.hold_count().await.unwrap(), 0);
         assert!(!lock.is_locked().await.unwrap());
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -108,6 +110,7 @@ async fn another_task_is_excluded_until_the_count_reaches_zero(kind: Kind) {
         g1.unlock().await.unwrap();
         let admitted = contender.await.unwrap();
         assert!(admitted >= released, "admitted only after the last level");
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -134,6 +137,7 @@ async fn owner_can_be_carried_into_a_spawned_task(kind: Kind) {
             .await
             .unwrap();
         assert!(!lock.is_locked().await.unwrap());
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -179,6 +183,7 @@ async fn unlock_by_a_non_owner_errors_and_changes_nothing(kind: Kind) {
         ));
         assert_eq!(server.cmd(&["HGETALL", "not-mine"]), before, "nothing changed");
         guard.unlock().await.unwrap();
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -197,6 +202,7 @@ async fn lock_unlock_by_owner_does_not_double_release_with_a_guard(kind: Kind) {
         assert_eq!(lock.hold_count().await.unwrap(), 1);
         g1.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap());
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -241,6 +247,7 @@ async fn fixed_lease_expires_and_the_old_owner_cannot_touch_the_new_hold(kind: K
         );
         assert!(new.token() > 1);
         new.unlock().await.unwrap();
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -263,6 +270,7 @@ async fn watchdog_keeps_a_hold_alive_for_ten_leases(kind: Kind) {
         assert!(!guard.is_lost());
         assert!(min_pttl > 300, "renewed every lease/3, lowest pttl seen {min_pttl}");
         guard.unlock().await.unwrap();
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -284,6 +292,7 @@ async fn a_fixed_lease_is_never_renewed(kind: Kind) {
             .await
         );
         drop(guard);
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -298,6 +307,7 @@ async fn a_dropped_guard_stops_renewal_and_releases(kind: Kind) {
         drop(guard);
         assert_eq!(c.held_locks(), 0, "renewal stopped synchronously");
         assert!(eventually(lease, || server.cmd(&["EXISTS", "dropped"]).as_int() == Some(0)).await);
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -357,6 +367,7 @@ async fn try_lock_returns_after_its_wait_when_the_lock_stays_held(kind: Kind) {
             );
         }
         holder.unlock().await.unwrap();
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -475,6 +486,7 @@ async fn sixteen_clients_increment_a_counter_without_overlap(kind: Kind) {
         }
         assert_eq!(overlaps.load(Ordering::SeqCst), 0);
         assert_eq!(server.cmd(&["GET", "counter"]).as_int(), Some(1600));
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -534,6 +546,7 @@ async fn fencing_tokens_increase_across_holders_and_stay_on_reentry(kind: Kind) 
                 g.unlock().await.unwrap();
             }
         }
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -560,6 +573,7 @@ async fn force_unlock_deletes_and_wakes_waiters(kind: Kind) {
             "nothing left to delete"
         );
         assert!(matches!(holder.unlock().await, Err(Error::NotHeld { .. })));
+        assert_no_queues(&server).await;
     })
     .await
 }
@@ -635,6 +649,7 @@ async fn a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner(ki
         assert_eq!(lock.hold_count().await.unwrap(), 1, "the new hold is untouched");
         new.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap());
+        assert_no_queues(&server).await;
     })
     .await
 }

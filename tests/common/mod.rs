@@ -436,3 +436,18 @@ macro_rules! both_kinds {
         }
     )*};
 }
+
+/// No fair-lock queue or deadline map is left on `server` (waits up to 2 s
+/// for background leaves to land).
+pub async fn assert_no_queues(server: &RedisServer) {
+    let left = || {
+        let mut k = server.keys("lockwarden:*:queue");
+        k.extend(server.keys("lockwarden:*:timeouts"));
+        k
+    };
+    assert!(
+        eventually(Duration::from_secs(2), || left().is_empty()).await,
+        "queue keys left behind: {:?}",
+        left()
+    );
+}
