@@ -180,11 +180,10 @@ impl LockGuard {
 
     /// Local bookkeeping of a release: stops renewal of the last level.
     fn begin_release(&mut self) -> Release {
-        let labels = crate::observe::Labels {
-            kind: if self.keys.fair { "fair" } else { "reentrant" },
-            lock: self.inner.settings.metric_lock_names.then_some(self.keys.name.as_str()),
-        };
-        crate::observe::released(labels, self.acquired_at.elapsed());
+        crate::observe::released(
+            crate::observe::Labels::of(&self.keys, &self.inner.settings),
+            self.acquired_at.elapsed(),
+        );
         let pin = self.pin.take();
         let watchdog = self.lease == Lease::Watchdog;
         let (still_watched, must_release) = self.inner.holds.leave(&self.hold, watchdog);

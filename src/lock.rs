@@ -327,10 +327,7 @@ impl Lock {
     }
 
     pub(crate) fn labels(&self) -> crate::observe::Labels<'_> {
-        crate::observe::Labels {
-            kind: if self.keys.fair { "fair" } else { "reentrant" },
-            lock: self.inner.settings.metric_lock_names.then_some(self.keys.name.as_str()),
-        }
+        crate::observe::Labels::of(&self.keys, &self.inner.settings)
     }
 
     /// [`Lock::acquire_inner`] in a tracing span, with its outcome recorded.
@@ -391,8 +388,8 @@ impl Lock {
         // every way out without the lock leaves the queue.
         let will_wait = wait != Some(Duration::ZERO);
         let mut queued = QueueExit {
-            lock: self.clone(),
-            owner: pin.owner.field.clone(),
+            lock: self,
+            owner: &pin.owner.field,
             armed: fair && will_wait,
         };
         // First attempt without subscribing: the uncontended path is a
@@ -524,25 +521,25 @@ impl Lock {
 /// A fair waiter's place in the queue. Dropped while armed (the waiting
 /// future cancelled, or an error), it leaves the queue in the background at
 /// once, re-sending until the server answers (leaving is idempotent).
-struct QueueExit {
-    lock: Lock,
-    owner: Arc<str>,
+struct QueueExit<'a> {
+    lock: &'a Lock,
+    owner: &'a Arc<str>,
     armed: bool,
 }
 
-impl QueueExit {
+impl QueueExit<'_> {
     /// Leaves now and waits for it; on failure the drop retries in the background.
     async fn leave_now(&mut self) {
         if !self.armed {
             return;
         }
-        if self.lock.inner.node.leave(&self.lock.keys, &self.owner).await.is_ok() {
+        if self.lock.inner.node.leave(&self.lock.keys, self.owner).await.is_ok() {
             self.armed = false;
         }
     }
 }
 
-impl Drop for QueueExit {
+impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;

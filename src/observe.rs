@@ -15,6 +15,16 @@ pub(crate) struct Labels<'a> {
     pub lock: Option<&'a str>,
 }
 
+impl<'a> Labels<'a> {
+    /// The labels of a lock: its kind, and its name when the client asks for it.
+    pub(crate) fn of(keys: &'a crate::keys::LockKeys, settings: &crate::client::Settings) -> Labels<'a> {
+        Labels {
+            kind: if keys.fair { "fair" } else { "reentrant" },
+            lock: settings.metric_lock_names.then_some(keys.name.as_str()),
+        }
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod imp {
     use super::*;
