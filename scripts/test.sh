@@ -11,6 +11,9 @@ cargo clippy --lib --no-default-features -- -D warnings
 # One test at a time: several tests assert timing windows (a lease handed
 # over within 50 ms, a loss seen within one renewal period) that CPU
 # contention between parallel tests on a small CI machine would blur.
-cargo test --all-targets -- --test-threads=1
+cargo test --lib --bins --tests --examples -- --test-threads=1
+# The benches run once each in test mode (criterion's harness takes no
+# --test-threads).
+cargo test --benches
 cargo test --doc
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
