@@ -10,9 +10,7 @@ mod common;
 #[path = "support/workloads.rs"]
 mod workloads;
 
-use std::time::{Duration, Instant};
-
-use fred::prelude::ClientLike;
+use std::time::Duration;
 
 fn main() {
     // `cargo test --benches` runs this once with `--bench` absent: keep it short then.
@@ -32,22 +30,12 @@ fn main() {
     rt.block_on(async {
         let c = lockwarden::Client::connect(&url).await.unwrap();
         let fred = c.redis().clone();
-        let mut pings: Vec<f64> = tokio::spawn(async move {
-            let mut v = Vec::new();
-            for _ in 0..5000 {
-                let t = Instant::now();
-                let _: String = fred.ping(None).await.unwrap();
-                v.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            v
-        })
-        .await
-        .unwrap();
-        pings.sort_by(|a, b| a.total_cmp(b));
+        let ping = tokio::spawn(async move { workloads::ping_us(&fred, 5000).await })
+            .await
+            .unwrap();
         println!(
             "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
-            workloads::nearest_rank(&pings, 0.5),
-            workloads::nearest_rank(&pings, 0.99)
+            ping.p50, ping.p99
         );
         for fair in [false, true] {
             let cmds0: u64 = server

@@ -69,6 +69,20 @@ pub fn stats(mut v: Vec<f64>) -> Stats {
     }
 }
 
+/// `n` sequential PING round trips on `redis` (the one-round-trip limit),
+/// in µs. Call it from a spawned task: the `block_on` thread is slower.
+pub async fn ping_us(redis: &fred::clients::Client, n: usize) -> Stats {
+    use fred::prelude::ClientLike;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        if redis.ping::<String>(None).await.is_ok() {
+            v.push(us(t.elapsed()));
+        }
+    }
+    stats(v)
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }

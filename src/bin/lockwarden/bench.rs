@@ -263,15 +263,10 @@ fn percentile_us(mut v: Vec<f64>, q: f64) -> f64 {
 /// callers (`-c 50`) and pipelined by 16 (`-P 16`).
 async fn limits(redis: fred::clients::Client, sha: String) -> Vec<Map<String, serde_json::Value>> {
     let mut out = Vec::new();
-    let mut pings = Vec::new();
-    for _ in 0..2000 {
-        let t = Instant::now();
-        if redis.ping::<String>(None).await.is_ok() {
-            pings.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+    let ping = workloads::ping_us(&redis, 2000).await;
+    let round = |x: f64| (x * 10.0).round() / 10.0;
     out.push(obj(
-        json!({"limit": "ping_c1", "p50_us": percentile_us(pings.clone(), 0.5), "p99_us": percentile_us(pings, 0.99)}),
+        json!({"limit": "ping_c1", "p50_us": round(ping.p50), "p99_us": round(ping.p99)}),
     ));
     let args = || vec!["30000", "bench-owner"];
     let mut evals = Vec::new();
