@@ -1,10 +1,10 @@
 //! The client: connections, scripts, the subscriber and the watchdog.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, TcpConfig};
+use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -12,6 +12,7 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::owner::{Owner, Owners};
 use crate::pubsub::PubSub;
+use crate::quorum::Member;
 use crate::watchdog::{self, Holds};
 
 /// The default watchdog lease, as in Redisson.
@@ -21,11 +22,18 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default time after which a fair-lock waiter that stopped refreshing
 /// its place in the queue is evicted.
 pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default per-node timeout of a quorum of masters (the command timeout
+/// when several masters are given).
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Shortest accepted watchdog lease: renewing every lease/3 must leave room
 /// for round trips.
 pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
+/// Shortest accepted fixed lease: a hold is valid for its lease minus the
+/// time acquiring took and a clock-drift allowance (1 % + 2 ms), so a shorter
+/// lease could never be granted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// Longest accepted lease, wait or timeout.
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -41,10 +49,11 @@ pub(crate) struct Settings {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build().await` is called"]
 pub struct ClientBuilder {
-    config: std::result::Result<Config, String>,
+    configs: Vec<std::result::Result<Config, String>>,
     prefix: String,
     watchdog_lease: Duration,
-    command_timeout: Duration,
+    command_timeout: Option<Duration>,
+    rejoin_delay: Option<Duration>,
     connect_timeout: Duration,
     fair_waiter_timeout: Duration,
     metric_lock_names: bool,
@@ -82,11 +91,26 @@ impl ClientBuilder {
         self
     }
 
-    /// Time allowed to each Redis call (one script run, including its retries
-    /// after a broken connection). Defaults to 3 s; must be within
-    /// 1 ms ..= 30 days. A call to an unreachable server fails after it.
+    /// Time allowed to each Redis call on each master (one script run,
+    /// including its retries after a broken connection). Defaults to 3 s
+    /// with one master and to [`DEFAULT_NODE_TIMEOUT`] (250 ms) with a quorum,
+    /// where it is the per-node timeout: keep it well below the leases.
+    /// Must be within 1 ms ..= 30 days. A call to an unreachable server
+    /// fails after it.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// Delayed rejoin: a master whose uptime is below `delay` does not count
+    /// toward the majority until it reaches it. Set it to at least the
+    /// longest lease in use when masters run without persistence: a master
+    /// that restarts empty and counts at once can hand a lock still held
+    /// on the others to a second client. Uptime is checked when the client
+    /// connects and whenever a master's connection breaks or is re-opened.
+    /// Off by default.
+    pub fn rejoin_delay(mut self, delay: Duration) -> Self {
+        self.rejoin_delay = Some(delay);
         self
     }
 
@@ -109,9 +133,30 @@ impl ClientBuilder {
     ///
     /// Dropping the future drops the half-built client and its connections.
     pub async fn build(self) -> Result<Client> {
-        let config = self.config.map_err(Error::Config)?;
+        let configs = self
+            .configs
+            .into_iter()
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::Config)?;
+        let n = configs.len();
+        if n == 0 {
+            return Err(Error::Config("no Redis master given".into()));
+        }
+        if n % 2 == 0 {
+            return Err(Error::Config(format!(
+                "{n} masters: use an odd number (an even one tolerates no more failures than one master less)"
+            )));
+        }
+        let command_timeout = self.command_timeout.unwrap_or(if n == 1 {
+            DEFAULT_COMMAND_TIMEOUT
+        } else {
+            DEFAULT_NODE_TIMEOUT
+        });
         check_duration("watchdog lease", self.watchdog_lease, MIN_WATCHDOG_LEASE)?;
-        check_duration("command timeout", self.command_timeout, Duration::from_millis(1))?;
+        check_duration("command timeout", command_timeout, Duration::from_millis(1))?;
+        if let Some(d) = self.rejoin_delay {
+            check_duration("rejoin delay", d, Duration::from_millis(1))?;
+        }
         check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
         check_duration(
             "fair waiter timeout",
@@ -124,61 +169,76 @@ impl ClientBuilder {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
 
-        let mut builder = Builder::from_config(config);
         let connect_timeout = self.connect_timeout;
-        let command_timeout = self.command_timeout;
-        builder
-            .with_connection_config(|c| {
-                c.connection_timeout = connect_timeout;
-                c.internal_command_timeout = connect_timeout;
-                // fred replays written commands after a reconnect by default; a
-                // replayed script could apply twice (FRED.md §6). Our own
-                // retries carry request ids instead.
-                c.max_command_attempts = 1;
-                c.tcp = TcpConfig {
-                    nodelay: Some(true),
-                    ..Default::default()
-                };
-            })
-            .with_performance_config(|p| {
-                // Without a default timeout fred waits forever on a dead server.
-                p.default_command_timeout = command_timeout;
-                p.broadcast_channel_capacity = 4096;
-            })
-            // Without a policy a dropped connection is never re-opened.
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-        let fred_err = |e: fred::error::Error| Error::from_redis("connect", "", connect_timeout, e);
-        let client = builder.build().map_err(fred_err)?;
-        let sub = builder.build_subscriber_client().map_err(fred_err)?;
-        client.init().await.map_err(fred_err)?;
-        sub.init().await.map_err(fred_err)?;
+        let quorum = n > 1;
+        let masters = futures::future::join_all(
+            configs
+                .into_iter()
+                .map(|config| connect_master(config, connect_timeout, command_timeout, quorum)),
+        )
+        .await;
+        let mut clients = Vec::with_capacity(n);
+        let mut subscribers = Vec::with_capacity(n);
+        let mut errors = Vec::new();
+        let mut up = 0;
+        for m in masters {
+            let (client, sub, connected) = m?;
+            match connected {
+                Ok(()) => up += 1,
+                Err(e) => errors.push(e),
+            }
+            clients.push(client);
+            subscribers.push(sub);
+        }
+        if up < crate::quorum::majority(n) {
+            return Err(crate::quorum::quorum_error("connect", n, up, errors));
+        }
 
+        let record_ttl = (command_timeout * 4).max(Duration::from_secs(1));
+        let members: Vec<Arc<Member>> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, client)| {
+                let node = Node {
+                    client,
+                    command_timeout,
+                    // Long enough to outlive every retry of the call that wrote it
+                    // (bounded by the command timeout), with a wide margin.
+                    record_ttl,
+                    waiter_timeout: self.fair_waiter_timeout,
+                };
+                Arc::new(Member::new(node, i, self.rejoin_delay))
+            })
+            .collect();
+        if quorum || self.rejoin_delay.is_some() {
+            check_masters(&members).await?;
+        }
+        futures::future::join_all(members.iter().map(|m| m.node.load_scripts())).await;
+        for m in &members {
+            // A re-opened connection may lead to a restarted, empty master.
+            let mut reconnects = m.node.client.reconnect_rx();
+            let weak = Arc::downgrade(m);
+            runtime.spawn(async move {
+                while let Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) = reconnects.recv().await {
+                    match weak.upgrade() {
+                        Some(m) => m.suspect(),
+                        None => return,
+                    }
+                }
+            });
+        }
         let uuid = uuid::Uuid::new_v4().to_string();
-        let node = Node {
-            client,
-            command_timeout,
-            // Long enough to outlive every retry of the call that wrote it
-            // (bounded by the command timeout), with a wide margin.
-            record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
-            waiter_timeout: self.fair_waiter_timeout,
-        };
-        node.load_scripts().await;
         let inner = Arc::new(Inner {
             owners: Arc::new(Owners::new(uuid.clone())),
             holds: Holds::new(uuid.clone()),
             uuid,
-            node,
-            pubsub: PubSub::new(sub, runtime.clone(), command_timeout),
+            members,
+            pubsub: PubSub::new(subscribers, runtime.clone(), command_timeout),
             settings: Settings {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,
                 command_timeout,
                 metric_lock_names: self.metric_lock_names,
-            },
-            next_request: AtomicU64::new(0),
-            request_nonce: {
-                let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
-                hi ^ lo
             },
             runtime: runtime.clone(),
         });
@@ -186,6 +246,84 @@ impl ClientBuilder {
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
         Ok(Client { inner })
     }
+}
+
+/// Opens one master's command and subscriber connections. With one master a
+/// failure is the build's error; in a quorum the connections keep retrying in
+/// the background and the third value says whether they are up yet.
+async fn connect_master(
+    config: Config,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    quorum: bool,
+) -> Result<(fred::clients::Client, fred::clients::SubscriberClient, Result<()>)> {
+    let mut config = config;
+    // In a quorum a master that is down at start-up joins when it comes up.
+    config.fail_fast = !quorum;
+    let mut builder = Builder::from_config(config);
+    builder
+        .with_connection_config(|c| {
+            c.connection_timeout = connect_timeout;
+            c.internal_command_timeout = connect_timeout;
+            // fred replays written commands after a reconnect by default; a
+            // replayed script could apply twice (FRED.md §6). Our own
+            // retries carry request ids instead.
+            c.max_command_attempts = 1;
+            c.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..Default::default()
+            };
+        })
+        .with_performance_config(|p| {
+            // Without a default timeout fred waits forever on a dead server.
+            p.default_command_timeout = command_timeout;
+            p.broadcast_channel_capacity = 4096;
+        })
+        // Without a policy a dropped connection is never re-opened.
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+    let fred_err = |e: fred::error::Error| Error::from_redis("connect", "", connect_timeout, e);
+    let client = builder.build().map_err(fred_err)?;
+    let sub = builder.build_subscriber_client().map_err(fred_err)?;
+    if !quorum {
+        client.init().await.map_err(fred_err)?;
+        sub.init().await.map_err(fred_err)?;
+        return Ok((client, sub, Ok(())));
+    }
+    // The connection tasks run until the client quits.
+    drop(client.connect());
+    drop(sub.connect());
+    let up = async {
+        client.wait_for_connect().await.map_err(fred_err)?;
+        sub.wait_for_connect().await.map_err(fred_err)
+    };
+    let up = match tokio::time::timeout(connect_timeout, up).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::Timeout {
+            op: "connect",
+            timeout: connect_timeout,
+        }),
+    };
+    Ok((client, sub, up))
+}
+
+/// Refuses a server listed twice (it would count twice toward the
+/// majority) and starts the delayed rejoin of masters that started recently.
+async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
+    let ids = futures::future::join_all(members.iter().map(|m| m.node.identity())).await;
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let Ok((run_id, uptime)) = id else { continue };
+        members[i].observe_uptime(uptime);
+        if run_id.is_empty() {
+            continue;
+        }
+        if let Some(j) = seen.insert(run_id.clone(), i) {
+            return Err(Error::Config(format!(
+                "masters {j} and {i} are the same server (run_id {run_id}); it would count twice toward the majority"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// URL schemes fred understands; it silently accepts others (`http://`).
@@ -234,7 +372,7 @@ fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<
 }
 
 pub(crate) fn check_lease(value: Duration) -> Result<()> {
-    check_duration("lease", value, Duration::from_millis(1))
+    check_duration("lease", value, MIN_LEASE)
 }
 
 pub(crate) fn check_wait(value: Duration) -> Result<()> {
@@ -250,22 +388,36 @@ pub(crate) fn check_wait(value: Duration) -> Result<()> {
 
 pub(crate) struct Inner {
     pub(crate) uuid: String,
-    pub(crate) node: Node,
+    /// The masters: one, or an odd number forming a quorum.
+    pub(crate) members: Vec<Arc<Member>>,
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) owners: Arc<Owners>,
     pub(crate) holds: Holds,
     pub(crate) settings: Settings,
-    next_request: AtomicU64,
-    request_nonce: u64,
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
+static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {
+    let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
+    hi ^ lo
+});
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// A request id: unique within this process (a counter) and across processes
+/// (a random 64-bit nonce; shorter keys than a uuid).
+pub(crate) fn fresh_request_id() -> String {
+    let n = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}{n:x}", *REQUEST_NONCE)
+}
+
 impl Inner {
-    /// A request id: unique within this client (a counter) and across clients
-    /// (a random 64-bit nonce per client; shorter keys than the uuid).
     pub(crate) fn request_id(&self) -> String {
-        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
-        format!("{:016x}{n:x}", self.request_nonce)
+        fresh_request_id()
+    }
+
+    /// The first master (the only one without a quorum).
+    pub(crate) fn first(&self) -> &Node {
+        &self.members[0].node
     }
 
     /// Where background work (release after drop or cancel) is spawned:
@@ -277,11 +429,13 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let client = self.node.client.clone();
+        let clients: Vec<_> = self.members.iter().map(|m| m.node.client.clone()).collect();
         let pubsub = self.pubsub.clone();
         // Closing is async; never block in drop.
         self.spawner().spawn(async move {
-            let _ = client.quit().await;
+            for client in clients {
+                let _ = client.quit().await;
+            }
             pubsub.quit().await;
         });
     }
@@ -313,22 +467,40 @@ impl Client {
     /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
     /// The URL is checked by [`ClientBuilder::build`].
     pub fn builder(url: &str) -> ClientBuilder {
-        Self::builder_from_config_result(parse_url(url))
+        Self::builder_from_configs(vec![parse_url(url)])
+    }
+
+    /// A builder for a client of a quorum of independent masters (no
+    /// replication between them): every lock lives on each of them and is
+    /// held when a majority grants it, so it survives the loss of any
+    /// minority. Give an odd number of URLs; one URL is the same as
+    /// [`Client::builder`]. The same server listed twice is refused when
+    /// the client connects (it would count twice toward the majority).
+    ///
+    /// See the README's "Quorum of masters" section for what this does and
+    /// does not guarantee.
+    pub fn builder_for_masters<I, S>(urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_from_configs(urls.into_iter().map(|u| parse_url(u.as_ref())).collect())
     }
 
     /// A builder from a fred [`Config`], for settings a URL cannot express
     /// (TLS connectors, credentials providers). lockwarden still overrides
     /// the command timeout, reconnect policy and replay settings.
     pub fn builder_from_config(config: Config) -> ClientBuilder {
-        Self::builder_from_config_result(Ok(config))
+        Self::builder_from_configs(vec![Ok(config)])
     }
 
-    fn builder_from_config_result(config: std::result::Result<Config, String>) -> ClientBuilder {
+    fn builder_from_configs(configs: Vec<std::result::Result<Config, String>>) -> ClientBuilder {
         ClientBuilder {
-            config,
+            configs,
             prefix: String::new(),
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            command_timeout: None,
+            rejoin_delay: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
             metric_lock_names: false,
@@ -389,11 +561,21 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn locks(&self, pattern: &str) -> Result<Vec<crate::LockStatus>> {
         let prefix = &self.inner.settings.prefix;
-        let mut names: Vec<String> = self
-            .inner
-            .node
-            .scan(&format!("{}:*:token", crate::keys::NAMESPACE))
-            .await?
+        let token_keys = format!("{}:*:token", crate::keys::NAMESPACE);
+        let scans = futures::future::join_all(self.inner.members.iter().map(|m| m.node.scan(&token_keys))).await;
+        let n = scans.len();
+        let mut keys = Vec::new();
+        let mut errors = Vec::new();
+        for r in scans {
+            match r {
+                Ok(k) => keys.extend(k),
+                Err(e) => errors.push(e),
+            }
+        }
+        if n - errors.len() < crate::quorum::majority(n) {
+            return Err(crate::quorum::quorum_error("list", n, n - errors.len(), errors));
+        }
+        let mut names: Vec<String> = keys
             .iter()
             .filter_map(|k| crate::keys::lock_key_of_token(k))
             .filter_map(|key| key.strip_prefix(prefix.as_str()).map(str::to_string))
@@ -431,9 +613,15 @@ impl Client {
         self.inner.settings.watchdog_lease
     }
 
-    /// The underlying fred client, for commands lockwarden does not wrap.
+    /// The underlying fred client of the first master, for commands
+    /// lockwarden does not wrap.
     pub fn redis(&self) -> &fred::clients::Client {
-        &self.inner.node.client
+        &self.inner.first().client
+    }
+
+    /// The fred clients of every master, in the order given.
+    pub fn masters(&self) -> Vec<&fred::clients::Client> {
+        self.inner.members.iter().map(|m| &m.node.client).collect()
     }
 
     /// How many locks this client holds right now (distinct lock and owner

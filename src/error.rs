@@ -66,6 +66,23 @@ pub enum Error {
         /// The timeout that elapsed.
         timeout: Duration,
     },
+    /// Fewer than a majority of the masters of a quorum answered the
+    /// operation (the others failed or are waiting out a delayed rejoin).
+    /// Nothing is held; what a minority may have done is undone in the
+    /// background or bounded by the lease.
+    #[error("{op} reached {reached} of {masters} masters, {needed} needed (a majority); last failure: {last}")]
+    QuorumNotReached {
+        /// The operation.
+        op: &'static str,
+        /// Masters that answered.
+        reached: usize,
+        /// Masters needed (a majority).
+        needed: usize,
+        /// Masters configured.
+        masters: usize,
+        /// The last failure seen, as text.
+        last: String,
+    },
     /// The server refused the command.
     #[error("redis refused {op} ({kind:?}): {message}")]
     Redis {
@@ -107,7 +124,7 @@ impl Error {
     /// [`Error::NotHeld`].
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Connection { .. } | Error::Timeout { .. } => true,
+            Error::Connection { .. } | Error::Timeout { .. } | Error::QuorumNotReached { .. } => true,
             Error::Redis { kind, .. } => matches!(
                 kind,
                 RedisErrorKind::ReadOnly | RedisErrorKind::OutOfMemory | RedisErrorKind::Busy | RedisErrorKind::Cluster
@@ -119,7 +136,10 @@ impl Error {
     /// Whether the failed command may have run on the server anyway (a reply
     /// lost to a broken connection or a timeout).
     pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Connection { .. } | Error::Timeout { .. } | Error::QuorumNotReached { .. }
+        )
     }
 
     pub(crate) fn from_redis(op: &'static str, key: &str, timeout: Duration, e: fred::error::Error) -> Error {

@@ -7,8 +7,8 @@ use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Lease;
-use crate::node::ReleaseReply;
 use crate::owner::{Owner, OwnerPin};
+use crate::quorum::{Grant, Released};
 use crate::watchdog::{Hold, LossReason};
 
 /// One level of a held lock.
@@ -24,8 +24,6 @@ pub struct LockGuard {
     hold: Arc<Hold>,
     pin: Option<OwnerPin>,
     lease: Lease,
-    /// End of a fixed lease, counted from when the acquire was sent.
-    expires_at: Option<Instant>,
     depth: u64,
     acquired_at: Instant,
 }
@@ -43,31 +41,17 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        keys: Arc<LockKeys>,
-        pin: OwnerPin,
-        token: u64,
-        depth: u64,
-        lease: Lease,
-        sent_at: Instant,
-    ) -> LockGuard {
+    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>, pin: OwnerPin, grant: &Grant, lease: Lease) -> LockGuard {
         let watchdog = lease == Lease::Watchdog;
-        let hold = inner
-            .holds
-            .enter(&keys.lock, &pin.owner.field, token, watchdog, sent_at);
-        let expires_at = match lease {
-            Lease::Fixed(d) => Some(sent_at + d),
-            Lease::Watchdog => None,
-        };
-        tracing::trace!(lock = %keys.name, token, depth, "acquired");
+        let hold = inner.holds.enter(&keys.lock, &pin.owner.field, grant, watchdog);
+        let depth = grant.depth;
+        tracing::trace!(lock = %keys.name, token = grant.token, depth, "acquired");
         LockGuard {
             inner,
             keys,
             hold,
             pin: Some(pin),
             lease,
-            expires_at,
             depth,
             acquired_at: Instant::now(),
         }
@@ -111,10 +95,28 @@ impl LockGuard {
         if let Some(reason) = self.hold.lost_reason() {
             return Some(reason);
         }
-        match self.expires_at {
-            Some(t) if Instant::now() >= t && !self.hold.is_watched() => Some(LossReason::LeaseExpired),
-            _ => None,
+        (Instant::now() >= self.hold.valid_until()).then(|| self.expiry_reason())
+    }
+
+    /// Why a hold whose validity ended is lost.
+    fn expiry_reason(&self) -> LossReason {
+        if self.hold.is_watched() {
+            LossReason::RenewalFailed
+        } else {
+            LossReason::LeaseExpired
         }
+    }
+
+    /// How long the hold stays valid as far as the masters confirmed: the
+    /// lease from the latest acquire or renewal a majority confirmed, minus
+    /// the time it took and the clock-drift allowance (1 % of the lease +
+    /// 2 ms). Zero once the lock is lost or its validity ran out. The
+    /// watchdog moves it forward at every renewal.
+    pub fn validity(&self) -> Duration {
+        if self.hold.lost_reason().is_some() {
+            return Duration::ZERO;
+        }
+        self.hold.valid_until().saturating_duration_since(Instant::now())
     }
 
     /// Whether the lock was lost (see [`LockGuard::loss_reason`]). A lost lock
@@ -132,15 +134,14 @@ impl LockGuard {
     /// Cancel safe: it only observes.
     pub async fn lost(&self) -> LossReason {
         let mut rx = self.hold.subscribe_lost();
+        // The validity moves forward with each confirmed renewal.
         let expiry = async {
-            match self.expires_at {
-                Some(t) => {
-                    tokio::time::sleep_until(t.into()).await;
-                    while self.hold.is_watched() {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+            loop {
+                let until = self.hold.valid_until();
+                if Instant::now() >= until {
+                    return;
                 }
-                None => std::future::pending().await,
+                tokio::time::sleep_until(until.into()).await;
             }
         };
         let signalled = async {
@@ -152,7 +153,11 @@ impl LockGuard {
         };
         tokio::select! {
             reason = signalled => reason,
-            _ = expiry => LossReason::LeaseExpired,
+            _ = expiry => {
+                let reason = self.expiry_reason();
+                self.hold.mark_lost(reason);
+                self.hold.lost_reason().unwrap_or(reason)
+            }
         }
     }
 
@@ -225,32 +230,25 @@ impl Release {
             request: self.inner.request_id(),
             sent_at: Instant::now(),
         };
-        let res = self
-            .inner
-            .node
-            .release(
-                &self.keys,
-                &self.hold.owner_field,
-                Some(self.hold.token),
-                self.relet,
-                &pending.request,
-                false,
-            )
-            .await;
-        if !matches!(&res, Err(e) if e.is_outcome_unknown()) {
-            pending.release = None;
-        }
+        let res = crate::quorum::release(
+            &self.inner.members,
+            &self.keys,
+            &self.hold.owner_field,
+            &self.hold.node_tokens,
+            self.relet,
+            &pending.request,
+            self.inner.first().record_ttl,
+        )
+        .await;
+        // Masters whose outcome is unknown were handed to the background.
+        pending.release = None;
         drop(pending);
         match res {
-            Ok(ReleaseReply::Released) => {
+            Ok(Released::Done) => {
                 tracing::debug!(lock = %self.keys.name, "released");
                 Ok(())
             }
-            Ok(ReleaseReply::StillHeld(n)) => {
-                tracing::trace!(lock = %self.keys.name, remaining = n, "left one level");
-                Ok(())
-            }
-            Ok(ReleaseReply::NotHeld) => {
+            Ok(Released::NotHeld) => {
                 self.hold.mark_lost(LossReason::NotHeld);
                 Err(Error::NotHeld {
                     name: self.keys.name.clone(),
@@ -291,27 +289,36 @@ impl Drop for Resend {
     fn drop(&mut self) {
         let Some(release) = self.release.take() else { return };
         let request = std::mem::take(&mut self.request);
-        let give_up = self.sent_at + release.inner.node.record_ttl / 2;
+        let give_up = self.sent_at + release.inner.first().record_ttl / 2;
         release.inner.spawner().spawn(async move {
-            let mut pause = Duration::from_millis(50);
-            loop {
-                let r = release
-                    .inner
-                    .node
-                    .release(&release.keys, &release.hold.owner_field, Some(release.hold.token), release.relet, &request, true)
-                    .await;
-                match r {
-                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
+            // Every master gets the same request again; a master that ran it
+            // already answers from its record.
+            let inner = &release.inner;
+            futures::future::join_all(inner.members.iter().enumerate().map(|(i, m)| {
+                let (release, request) = (&release, &request);
+                async move {
+                    let token = release.hold.node_tokens.get(i).copied().flatten();
+                    let mut pause = Duration::from_millis(50);
+                    loop {
+                        let r = m
+                            .node
+                            .release(&release.keys, &release.hold.owner_field, token, release.relet, request, true)
+                            .await;
+                        match r {
+                            Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
+                                tokio::time::sleep(pause).await;
+                                pause = (pause * 2).min(Duration::from_secs(1));
+                            }
+                            Err(e) => {
+                                tracing::warn!(lock = %release.keys.name, master = i, error = %e, "release still unconfirmed; the lease bounds the hold");
+                                break;
+                            }
+                            Ok(_) => break,
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(lock = %release.keys.name, error = %e, "release still unconfirmed; the lease bounds the hold");
-                        break;
-                    }
-                    Ok(_) => break,
                 }
-            }
+            }))
+            .await;
         });
     }
 }

@@ -96,12 +96,13 @@ mod node;
 mod observe;
 mod owner;
 mod pubsub;
+mod quorum;
 mod status;
 mod watchdog;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT,
-    DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 pub use error::{Error, RedisErrorKind, Result};
 pub use guard::LockGuard;

@@ -7,8 +7,8 @@ use crate::client::{check_lease, check_wait, Inner};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
-use crate::node::{AcquireReply, ReleaseReply};
 use crate::owner::{Owner, OwnerPin, Owners};
+use crate::quorum::{Ask, Attempt, Released};
 
 /// How long a hold lasts without being renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,7 +125,7 @@ impl Lock {
     /// # Errors
     ///
     /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a fixed lease
-    /// of zero or above 30 days.
+    /// below [`MIN_LEASE`](crate::MIN_LEASE) (10 ms) or above 30 days.
     ///
     /// # Cancel safety
     ///
@@ -147,7 +147,8 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::InvalidDuration`] for a wait above 30 days or a fixed lease of
-    /// zero or above 30 days (nothing is sent); otherwise as [`Lock::lock`].
+    /// below [`MIN_LEASE`](crate::MIN_LEASE) (10 ms) or above 30 days (nothing is
+    /// sent); otherwise as [`Lock::lock`].
     ///
     /// # Cancel safety
     ///
@@ -181,10 +182,14 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<u64> {
-        match self.current_owner() {
-            Some(owner) => self.inner.node.hold_count(&self.keys, &owner.field).await,
-            None => Ok(0),
-        }
+        let Some(owner) = self.current_owner() else {
+            return Ok(0);
+        };
+        let counts = self
+            .each("hold_count", |node| node.hold_count(&self.keys, &owner.field))
+            .await?;
+        // The depth a majority holds at least.
+        Ok(self.majority_value(counts, 0))
     }
 
     /// Whether the owner (the current task, or the one set with
@@ -211,7 +216,8 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
-        self.inner.node.is_locked(&self.keys).await
+        let locked = self.each("is_locked", |node| node.is_locked(&self.keys)).await?;
+        Ok(self.majority_value(locked, false))
     }
 
     /// The holder's remaining lease: `None` when the lock is free,
@@ -225,11 +231,16 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        Ok(match self.inner.node.pttl(&self.keys).await? {
-            -2 => None,
-            -1 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms.max(0) as u64)),
-        })
+        let leases = self
+            .each("remaining_lease", |node| async {
+                Ok(match node.pttl(&self.keys).await? {
+                    -2 => None,
+                    -1 => Some(Duration::MAX),
+                    ms => Some(Duration::from_millis(ms.max(0) as u64)),
+                })
+            })
+            .await?;
+        Ok(self.majority_value(leases, None))
     }
 
     /// A consistent snapshot of the lock: holders and their reentry counts,
@@ -243,8 +254,55 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn status(&self) -> Result<crate::LockStatus> {
-        let raw = self.inner.node.status(&self.keys).await?;
-        crate::LockStatus::parse(&self.keys.name, &self.keys.lock, raw)
+        let mut all = self
+            .each("status", |node| async {
+                let raw = node.status(&self.keys).await?;
+                crate::LockStatus::parse(&self.keys.name, &self.keys.lock, raw)
+            })
+            .await?;
+        // Over a quorum: the view of the master ranking at the majority line
+        // by remaining lease (held, with at least that lease, on a majority),
+        // with the highest token any master has.
+        let need = crate::quorum::majority(self.inner.members.len());
+        let last_token = all.iter().filter_map(|s| s.last_token).max();
+        all.sort_by_key(|s| std::cmp::Reverse((s.is_held(), s.leaked, s.remaining_lease)));
+        let mut status = all.swap_remove(need.min(all.len()) - 1);
+        status.last_token = last_token;
+        Ok(status)
+    }
+
+    /// Runs a read on every master; the answers, when a majority answered.
+    async fn each<'a, T, F, Fut>(&'a self, op: &'static str, f: F) -> Result<Vec<T>>
+    where
+        F: Fn(&'a crate::node::Node) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let n = self.inner.members.len();
+        let results = futures::future::join_all(self.inner.members.iter().map(|m| f(&m.node))).await;
+        let mut ok = Vec::with_capacity(n);
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(v) => ok.push(v),
+                Err(e) => errors.push(e),
+            }
+        }
+        if ok.len() < crate::quorum::majority(n) {
+            return Err(crate::quorum::quorum_error(op, n, ok.len(), errors));
+        }
+        Ok(ok)
+    }
+
+    /// The largest value at least a majority of all masters reported
+    /// (`floor` when fewer did).
+    fn majority_value<T: Ord>(&self, mut values: Vec<T>, floor: T) -> T {
+        let need = crate::quorum::majority(self.inner.members.len());
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        if values.len() >= need {
+            values.swap_remove(need - 1)
+        } else {
+            floor
+        }
     }
 
     /// Releases one level held by this handle's owner (the current task, or
@@ -277,19 +335,28 @@ impl Lock {
         let keys = self.keys.clone();
         let task = self.inner.spawner().spawn(async move {
             let request = inner.request_id();
-            let token = hold.as_ref().map(|h| h.token);
-            let res = inner
-                .node
-                .release(&keys, &owner.field, token, Duration::ZERO, &request, false)
-                .await;
-            if let (Some(h), Ok(ReleaseReply::NotHeld) | Err(_)) = (&hold, &res) {
+            let tokens = match &hold {
+                Some(h) => h.node_tokens.clone(),
+                None => vec![None; inner.members.len()],
+            };
+            let res = crate::quorum::release(
+                &inner.members,
+                &keys,
+                &owner.field,
+                &tokens,
+                Duration::ZERO,
+                &request,
+                inner.first().record_ttl,
+            )
+            .await;
+            if let (Some(h), Ok(Released::NotHeld) | Err(_)) = (&hold, &res) {
                 inner.holds.released_elsewhere(h, -1);
             }
             match res? {
-                ReleaseReply::NotHeld => Err(Error::NotHeld {
+                Released::NotHeld => Err(Error::NotHeld {
                     name: keys.name.clone(),
                 }),
-                _ => Ok(()),
+                Released::Done => Ok(()),
             }
         });
         task.await.map_err(|_| Error::Connection {
@@ -312,7 +379,8 @@ impl Lock {
     ///
     /// The script may or may not have run when the future is dropped.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner.node.force_unlock(&self.keys).await
+        let deleted = self.each("force_unlock", |node| node.force_unlock(&self.keys)).await?;
+        Ok(deleted.into_iter().any(|d| d))
     }
 
     fn current_owner(&self) -> Option<Owner> {
@@ -414,8 +482,9 @@ impl Lock {
         // Live fair waiters re-run the acquire script (refreshing their
         // deadline) three times per waiter timeout, however long the holder
         // keeps the lock.
-        let refresh = self.inner.node.waiter_timeout / 3;
+        let refresh = self.inner.first().waiter_timeout / 3;
         let mut queued_backoff = Duration::from_millis(10);
+        let mut split_backoff = Duration::from_millis(5);
         let _waiting = crate::observe::Waiting::enter(&self.inner.uuid);
         loop {
             // Registered before the attempt: an unlock landing between the
@@ -425,7 +494,7 @@ impl Lock {
             tokio::pin!(notified);
             notified.as_mut().enable();
             queued.armed = fair;
-            let pttl = match self.attempt(&pin, lease, true).await? {
+            let (pttl, split) = match self.attempt(&pin, lease, true).await? {
                 Ok(guard) => {
                     queued.armed = false; // taking the lock removed us from the queue
                     return Ok(Some(guard));
@@ -433,7 +502,16 @@ impl Lock {
                 Err(p) => p,
             };
             let mut sleep = sleep_hint(pttl);
-            if fair {
+            if split {
+                // Masters granted to different contenders and each gave its
+                // part back: retry after a random pause so they do not
+                // collide again (and again).
+                sleep = jitter(split_backoff);
+                split_backoff = (split_backoff * 2).min(Duration::from_millis(200));
+            } else {
+                split_backoff = Duration::from_millis(5);
+            }
+            if fair && !split {
                 if pttl == FREE_BUT_QUEUED {
                     // The head is about to take the lock; re-read soon to learn
                     // its lease (an expiring lease publishes nothing). Backs
@@ -467,54 +545,75 @@ impl Lock {
         }
     }
 
-    /// One acquire script call (`enqueue`: a fair waiter joins or refreshes
-    /// its place in the queue). Returns the guard, or the holder's PTTL.
+    /// One acquire attempt on every master (`enqueue`: a fair waiter joins
+    /// or refreshes its place in the queue). Returns the guard, or the
+    /// holders' smallest PTTL and whether masters split between contenders.
     ///
-    /// From the moment the script may run until its reply is turned into a
-    /// guard, a [`Reconcile`] is armed: if this future is dropped, or the
-    /// reply is lost, it settles the request in the background.
+    /// Cancel safe: levels granted anywhere are released in the background if
+    /// this future is dropped, and requests whose reply was lost are settled
+    /// the same way (see `quorum::acquire`).
     async fn attempt(
         &self,
         pin: &OwnerPin,
         lease: Lease,
         enqueue: bool,
-    ) -> Result<std::result::Result<LockGuard, i64>> {
-        let lease_ms = match lease {
+    ) -> Result<std::result::Result<LockGuard, (i64, bool)>> {
+        let lease_d = match lease {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let mut pending = Reconcile {
-            inner: self.inner.clone(),
-            keys: self.keys.clone(),
-            field: pin.owner.field.clone(),
-            lease: lease_ms,
-            request: self.inner.request_id(),
-            pin: Some(pin.duplicate()),
-            armed: true,
-        };
-        let sent_at = Instant::now();
-        let reply = self
+        let request = self.inner.request_id();
+        let known = self
             .inner
-            .node
-            .acquire(&self.keys, &pin.owner.field, lease_ms, &pending.request, enqueue)
-            .await;
-        match &reply {
-            Err(e) if e.is_outcome_unknown() => {} // stays armed
-            _ => pending.armed = false,
-        }
+            .holds
+            .find(&self.keys.lock, &pin.owner.field)
+            .filter(|h| h.lost_reason().is_none())
+            .map(|h| (h.token, h.node_tokens.clone()));
+        let ask = Ask {
+            keys: &self.keys,
+            owner: &pin.owner.field,
+            lease: lease_d,
+            request: &request,
+            enqueue,
+            known,
+        };
+        let reply = crate::quorum::acquire(&self.inner.members, &ask).await;
         tracing::trace!(enqueue, reply = ?reply, "attempt");
         Ok(match reply? {
-            AcquireReply::Acquired { token, count } => Ok(LockGuard::new(
-                self.inner.clone(),
-                self.keys.clone(),
-                pin.duplicate(),
-                token,
-                count,
-                lease,
-                sent_at,
-            )),
-            AcquireReply::Held { pttl } => Err(pttl),
+            Attempt::Granted(grant) => {
+                if self.keys.fair && enqueue && self.inner.members.len() > 1 {
+                    self.leave_where_not_held(&pin.owner.field, &grant.node_tokens);
+                }
+                Ok(LockGuard::new(
+                    self.inner.clone(),
+                    self.keys.clone(),
+                    pin.duplicate(),
+                    &grant,
+                    lease,
+                ))
+            }
+            Attempt::Denied { pttl, split } => Err((pttl, split)),
         })
+    }
+
+    /// A fair waiter granted by a majority leaves the queues of the other
+    /// masters (in the background) so it does not block them.
+    fn leave_where_not_held(&self, owner: &Arc<str>, node_tokens: &[Option<u64>]) {
+        for (i, t) in node_tokens.iter().enumerate() {
+            if t.is_none() {
+                let (m, keys, owner) = (self.inner.members[i].clone(), self.keys.clone(), owner.clone());
+                self.inner.spawner().spawn(async move {
+                    let _ = m.node.leave(&keys, &owner).await;
+                });
+            }
+        }
+    }
+
+    /// Leaves the queue on every master; fine when a majority confirmed.
+    async fn leave_all(&self, owner: &str) -> Result<()> {
+        self.each("leave", |node| node.leave(&self.keys, owner))
+            .await
+            .map(|_| ())
     }
 }
 
@@ -533,7 +632,7 @@ impl QueueExit<'_> {
         if !self.armed {
             return;
         }
-        if self.lock.inner.node.leave(&self.lock.keys, self.owner).await.is_ok() {
+        if self.lock.leave_all(self.owner).await.is_ok() {
             self.armed = false;
         }
     }
@@ -544,76 +643,20 @@ impl Drop for QueueExit<'_> {
         if !self.armed {
             return;
         }
-        let (inner, keys, owner) = (self.lock.inner.clone(), self.lock.keys.clone(), self.owner.clone());
-        inner.spawner().spawn(async move {
-            let give_up = Instant::now() + inner.node.waiter_timeout;
+        let (lock, owner) = (self.lock.clone(), self.owner.clone());
+        lock.inner.spawner().spawn(async move {
+            let give_up = Instant::now() + lock.inner.first().waiter_timeout;
             let mut pause = Duration::from_millis(50);
-            while let Err(e) = inner.node.leave(&keys, &owner).await {
+            while let Err(e) = lock.leave_all(&owner).await {
                 if Instant::now() + pause >= give_up {
                     // The waiter timeout evicts it anyway.
-                    tracing::debug!(lock = %keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
+                    tracing::debug!(lock = %lock.keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
                     break;
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
         });
-    }
-}
-
-/// An acquire request whose outcome nobody will act on: dropped mid-call, or
-/// its reply lost. On drop it sends the same request again in the background
-/// (replies come in order on the connection, so the re-send finds the record
-/// of the first if it ran, or acquires now if it did not) and gives back the
-/// level it got, so nothing stays held by nobody.
-struct Reconcile {
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    field: Arc<str>,
-    lease: Duration,
-    request: String,
-    pin: Option<OwnerPin>,
-    armed: bool,
-}
-
-impl Drop for Reconcile {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (inner, keys, field, lease) = (self.inner.clone(), self.keys.clone(), self.field.clone(), self.lease);
-        let request = std::mem::take(&mut self.request);
-        let pin = self.pin.take();
-        inner.spawner().spawn(async move {
-            let give_up = Instant::now() + lease;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match inner.node.acquire(&keys, &field, lease, &request, false).await {
-                    Ok(AcquireReply::Acquired { token, .. }) => {
-                        undo_level(&inner, &keys, &field, token).await;
-                        break;
-                    }
-                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
-                    }
-                    _ => break,
-                }
-            }
-            drop(pin);
-        });
-    }
-}
-
-/// Releases one level of `owner` that nobody will own a guard for.
-async fn undo_level(inner: &Inner, keys: &LockKeys, owner: &str, token: u64) {
-    let request = inner.request_id();
-    if let Err(e) = inner
-        .node
-        .release(keys, owner, Some(token), Duration::ZERO, &request, false)
-        .await
-    {
-        tracing::warn!(lock = %keys.name, error = %e, "undoing an acquisition nobody received failed; its lease bounds it");
     }
 }
 
@@ -631,6 +674,15 @@ fn sleep_hint(pttl: i64) -> Duration {
         p if p <= 0 => Duration::from_millis(1),
         p => Duration::from_millis(p as u64 + 1),
     }
+}
+
+/// A random pause in `[max/2, max]`.
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    let frac = (h.finish() % 1000) as u32;
+    max / 2 + max / 2 * frac / 1000
 }
 
 fn unreachable_wait() -> Result<LockGuard> {

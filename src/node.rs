@@ -42,6 +42,8 @@ pub(crate) static FAIR_RELEASE: LazyLock<Script> =
 pub(crate) static FAIR_LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new("leave", include_str!("../lua/fair_leave.lua")));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", include_str!("../lua/status.lua")));
+pub(crate) static RAISE_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new("raise_token", include_str!("../lua/raise_token.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
 
@@ -90,6 +92,7 @@ impl Node {
             &*FAIR_ACQUIRE,
             &*FAIR_RELEASE,
             &*FAIR_LEAVE,
+            &*RAISE_TOKEN,
         ] {
             let r: std::result::Result<(), fred::error::Error> = if self.client.is_clustered() {
                 self.client.script_load_cluster::<(), _>(script.src).await
@@ -314,6 +317,42 @@ impl Node {
             return Err(unexpected("renew", &reply));
         }
         Ok(reply.into_iter().map(|r| r == 1).collect())
+    }
+
+    /// Raises the lock's fencing counter to `token` if it is lower (the
+    /// quorum's write-back). Returns the counter afterwards.
+    pub(crate) async fn raise_token(&self, keys: &LockKeys, token: u64) -> Result<u64> {
+        let reply: i64 = self
+            .run(
+                &RAISE_TOKEN,
+                &[&keys.token],
+                vec![(token as i64).into()],
+                self.command_timeout,
+            )
+            .await?;
+        Ok(reply.max(0) as u64)
+    }
+
+    /// The server's `run_id` and uptime (INFO server).
+    pub(crate) async fn identity(&self) -> Result<(String, Duration)> {
+        let info: String = self
+            .client
+            .custom(
+                CustomCommand::new_static("INFO", ClusterHash::Random, false),
+                vec!["server"],
+            )
+            .await
+            .map_err(|e| Error::from_redis("info", "", self.command_timeout, e))?;
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+                .map(|v| v.trim().to_string())
+        };
+        let run_id = field("run_id").unwrap_or_default();
+        let uptime = field("uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        Ok((run_id, Duration::from_secs(uptime)))
     }
 
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {

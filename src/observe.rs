@@ -72,6 +72,17 @@ mod imp {
         counter!("lockwarden_locks_lost_total", "reason" => reason).increment(1);
     }
 
+    pub(crate) fn quorum_attempt(outcome: &'static str, validity: Option<Duration>) {
+        counter!("lockwarden_quorum_attempts_total", "outcome" => outcome).increment(1);
+        if let Some(v) = validity {
+            histogram!("lockwarden_acquire_validity_seconds").record(v);
+        }
+    }
+
+    pub(crate) fn node_failure(node: usize) {
+        counter!("lockwarden_node_failures_total", "node" => node.to_string()).increment(1);
+    }
+
     pub(crate) fn noscript() {
         counter!("lockwarden_noscript_reloads_total").increment(1);
     }
@@ -95,6 +106,8 @@ mod imp {
     pub(crate) fn renewals(_: u64, _: u64) {}
     pub(crate) fn lost(_: &'static str) {}
     pub(crate) fn noscript() {}
+    pub(crate) fn quorum_attempt(_: &'static str, _: Option<Duration>) {}
+    pub(crate) fn node_failure(_: usize) {}
     pub(crate) fn held(_: &str, _: usize) {}
     pub(crate) fn waiting(_: &str, _: f64) {}
 }
@@ -126,6 +139,7 @@ pub(crate) fn reason(e: &crate::Error) -> &'static str {
         E::WrongType { .. } => "wrong_type",
         E::InvalidName { .. } | E::InvalidDuration { .. } | E::Config(_) => "invalid_input",
         E::NotHeld { .. } => "not_held",
+        E::QuorumNotReached { .. } => "quorum",
         _ => "redis",
     }
 }

@@ -36,7 +36,8 @@ struct Entry {
 }
 
 pub(crate) struct PubSub {
-    sub: SubscriberClient,
+    /// One subscriber connection per master; a message from any wakes.
+    subs: Vec<SubscriberClient>,
     channels: Mutex<HashMap<String, Entry>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so the server sees them in the order
     /// the reference counts changed.
@@ -47,21 +48,23 @@ pub(crate) struct PubSub {
 
 impl PubSub {
     pub(crate) fn new(
-        sub: SubscriberClient,
+        subs: Vec<SubscriberClient>,
         runtime: tokio::runtime::Handle,
         timeout: std::time::Duration,
     ) -> Arc<PubSub> {
         let ps = Arc::new(PubSub {
-            sub,
+            subs,
             channels: Mutex::new(HashMap::new()),
             serial: tokio::sync::Mutex::new(()),
             runtime,
             timeout,
         });
-        let weak = Arc::downgrade(&ps);
-        let messages = ps.sub.message_rx();
-        let reconnects = ps.sub.reconnect_rx();
-        ps.runtime.spawn(listen(weak, messages, reconnects));
+        for i in 0..ps.subs.len() {
+            let weak = Arc::downgrade(&ps);
+            let messages = ps.subs[i].message_rx();
+            let reconnects = ps.subs[i].reconnect_rx();
+            ps.runtime.spawn(listen(weak, i, messages, reconnects));
+        }
         ps
     }
 
@@ -105,21 +108,35 @@ impl PubSub {
             return Ok(());
         }
         chan.on_server.store(true, Ordering::Release);
+        let results = futures::future::join_all(self.subs.iter().map(|sub| self.subscribe_one(sub, name))).await;
+        let n = results.len();
+        let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
+        // Waking needs one master's message and the lease bound covers the
+        // rest; a majority keeps quorum waiters from relying on the bound.
+        if n - errors.len() < crate::quorum::majority(n) {
+            return Err(crate::quorum::quorum_error("subscribe", n, n - errors.len(), errors));
+        }
+        chan.confirmed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn subscribe_one(&self, sub: &SubscriberClient, name: &str) -> Result<()> {
         let map_err = |e| Error::from_redis("subscribe", name, self.timeout, e);
-        self.sub.subscribe(name).await.map_err(map_err)?;
-        // fred does not wait for the server to confirm SUBSCRIBE. A PING on the
-        // same connection is answered after it, so once it returns, every later
-        // unlock message reaches us.
-        let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
-        let _: Value = tokio::time::timeout(self.timeout, self.sub.custom(ping, Vec::<Value>::new()))
+        let confirm = async {
+            sub.subscribe(name).await.map_err(map_err)?;
+            // fred does not wait for the server to confirm SUBSCRIBE. A PING on
+            // the same connection is answered after it, so once it returns,
+            // every later unlock message reaches us.
+            let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
+            let _: Value = sub.custom(ping, Vec::<Value>::new()).await.map_err(map_err)?;
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout, confirm)
             .await
             .map_err(|_| Error::Timeout {
                 op: "subscribe",
                 timeout: self.timeout,
             })?
-            .map_err(map_err)?;
-        chan.confirmed.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// Unsubscribes `name` if nobody registered interest since the last
@@ -139,9 +156,13 @@ impl PubSub {
             }
         };
         if was_subscribed {
-            if let Err(e) = self.sub.unsubscribe(name.as_str()).await {
-                tracing::debug!(channel = %name, error = %e, "unsubscribe failed");
-            }
+            let name = name.as_str();
+            futures::future::join_all(self.subs.iter().map(|sub| async move {
+                if let Err(e) = sub.unsubscribe(name).await {
+                    tracing::debug!(channel = %name, error = %e, "unsubscribe failed");
+                }
+            }))
+            .await;
         }
         let mut map = self.channels.lock();
         if map.get(&name).is_some_and(|e| e.refs == 0) {
@@ -149,7 +170,7 @@ impl PubSub {
         }
     }
 
-    async fn resubscribe(&self) {
+    async fn resubscribe(&self, i: usize) {
         let _serial = self.serial.lock().await;
         let names: Vec<String> = self
             .channels
@@ -161,19 +182,22 @@ impl PubSub {
         // Never an empty SUBSCRIBE: the server's error would be matched to an
         // unrelated command (FRED.md §3).
         if !names.is_empty() {
-            if let Err(e) = self.sub.subscribe(names).await {
+            if let Err(e) = self.subs[i].subscribe(names).await {
                 tracing::warn!(error = %e, "resubscribing after a reconnect failed; waiters fall back to lease timeouts");
             }
         }
     }
 
     pub(crate) async fn quit(&self) {
-        let _ = self.sub.quit().await;
+        for sub in &self.subs {
+            let _ = sub.quit().await;
+        }
     }
 }
 
 async fn listen(
     ps: Weak<PubSub>,
+    index: usize,
     mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
     mut reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
 ) {
@@ -201,7 +225,7 @@ async fn listen(
                 let Some(ps) = ps.upgrade() else { return };
                 match r {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
-                        ps.resubscribe().await;
+                        ps.resubscribe(index).await;
                         // Messages may have been missed while disconnected.
                         ps.wake_all();
                     }

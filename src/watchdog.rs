@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::client::Inner;
+use crate::quorum::{drift, majority, Grant};
 
 /// Most keys renewed by one script call.
 pub(crate) const BATCH: usize = 100;
@@ -63,10 +64,14 @@ pub(crate) struct Hold {
     pub(crate) lock_key: String,
     pub(crate) owner_field: Arc<str>,
     pub(crate) token: u64,
+    /// Per master: the fencing counter the hold left there (what a release
+    /// checks), `None` where not held or not known.
+    pub(crate) node_tokens: Vec<Option<u64>>,
     lost: watch::Sender<Option<LossReason>>,
     state: Mutex<HoldState>,
-    /// When the latest confirmed lease extension was sent, as ms since `epoch`.
-    confirmed_ms: AtomicU64,
+    /// The end of the hold's validity (lease − elapsed − drift from the
+    /// latest acquire or renewal a majority confirmed), as µs since `epoch`.
+    valid_until_us: AtomicU64,
     epoch: Instant,
 }
 
@@ -80,16 +85,19 @@ struct HoldState {
 }
 
 impl Hold {
-    fn new(lock_key: String, owner_field: Arc<str>, token: u64, sent_at: Instant) -> Hold {
-        Hold {
+    fn new(lock_key: String, owner_field: Arc<str>, grant: &Grant) -> Hold {
+        let h = Hold {
             lock_key,
             owner_field,
-            token,
+            token: grant.token,
+            node_tokens: grant.node_tokens.clone(),
             lost: watch::channel(None).0,
             state: Mutex::new(HoldState::default()),
-            confirmed_ms: AtomicU64::new(0),
-            epoch: sent_at,
-        }
+            valid_until_us: AtomicU64::new(0),
+            epoch: grant.sent_at,
+        };
+        h.extend(grant.valid_until);
+        h
     }
 
     /// Marks the hold lost (once: later reasons are ignored), counts it and
@@ -121,13 +129,15 @@ impl Hold {
         self.state.lock().watchdog_guards > 0
     }
 
-    fn confirm(&self, sent_at: Instant) {
-        let ms = sent_at.saturating_duration_since(self.epoch).as_millis() as u64;
-        self.confirmed_ms.fetch_max(ms, Ordering::AcqRel);
+    /// Moves the end of validity to `until` if that is later.
+    pub(crate) fn extend(&self, until: Instant) {
+        let us = until.saturating_duration_since(self.epoch).as_micros() as u64;
+        self.valid_until_us.fetch_max(us, Ordering::AcqRel);
     }
 
-    fn last_confirmed(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.confirmed_ms.load(Ordering::Acquire))
+    /// Until when the hold is valid, as far as the masters confirmed.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.epoch + Duration::from_micros(self.valid_until_us.load(Ordering::Acquire))
     }
 }
 
@@ -152,23 +162,19 @@ impl Holds {
     /// Records one more guard on the hold an acquisition returned. A reply
     /// with another token than the known hold means that hold ended (lost)
     /// and this is a fresh one.
-    pub(crate) fn enter(
-        &self,
-        lock_key: &str,
-        owner_field: &Arc<str>,
-        token: u64,
-        watchdog: bool,
-        sent_at: Instant,
-    ) -> Arc<Hold> {
+    pub(crate) fn enter(&self, lock_key: &str, owner_field: &Arc<str>, grant: &Grant, watchdog: bool) -> Arc<Hold> {
         let mut map = self.map.lock();
         let key = (lock_key.to_string(), owner_field.clone());
         let hold = match map.get(&key) {
-            Some(h) if h.token == token && h.lost_reason().is_none() => h.clone(),
+            Some(h) if h.token == grant.token && h.lost_reason().is_none() => {
+                h.extend(grant.valid_until);
+                h.clone()
+            }
             old => {
                 if let Some(old) = old {
                     old.mark_lost(LossReason::Gone);
                 }
-                let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), token, sent_at));
+                let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), grant));
                 map.insert(key, h.clone());
                 crate::observe::held(&self.client, map.len());
                 h
@@ -246,7 +252,10 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
     }
 }
 
-/// Renews every watched hold once.
+/// Renews every watched hold once, on every master. A hold's renewal counts
+/// when a majority confirms it: its validity then runs from when the
+/// renewal was sent. A majority reporting the owner's field gone loses it at
+/// once; otherwise it is lost when its validity ends unconfirmed.
 pub(crate) async fn tick(inner: &Inner) {
     let holds = inner.holds.watched();
     if holds.is_empty() {
@@ -259,46 +268,65 @@ pub(crate) async fn tick(inner: &Inner) {
         .command_timeout
         .min(lease / 3)
         .max(Duration::from_millis(1));
-    let clustered = fred::prelude::ClientLike::is_clustered(&inner.node.client);
-    let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
-    for h in holds {
-        let slot = if clustered {
-            fred::util::redis_keyslot(h.lock_key.as_bytes())
-        } else {
-            0
-        };
-        groups.entry(slot).or_default().push(h);
-    }
-    let batches = groups
-        .into_values()
-        .flat_map(|g| g.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>());
-    join_all(batches.map(|batch| async move {
-        let sent_at = Instant::now();
-        let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (h.lock_key.as_str(), &*h.owner_field)).collect();
-        match inner.node.renew(&pairs, lease, timeout).await {
-            Ok(flags) => {
-                let renewed = flags.iter().filter(|ok| **ok).count();
-                tracing::trace!(size = batch.len(), node = 0, renewed, "renewal batch done");
-                crate::observe::renewals(renewed as u64, 0);
-                for (h, ok) in batch.iter().zip(flags) {
-                    if ok {
-                        h.confirm(sent_at);
-                    } else {
-                        h.mark_lost(LossReason::Gone);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(size = batch.len(), node = 0, error = %e, "renewal batch failed, retrying next tick");
-                crate::observe::renewals(0, batch.len() as u64);
-                let now = Instant::now();
-                for h in &batch {
-                    if now >= h.last_confirmed() + lease {
-                        h.mark_lost(LossReason::RenewalFailed);
-                    }
-                }
-            }
+    let n = inner.members.len();
+    let need = majority(n);
+    let sent_at = Instant::now();
+    // (confirmed, gone) per hold.
+    let tally: Mutex<Vec<(usize, usize)>> = Mutex::new(vec![(0, 0); holds.len()]);
+    let indexed: Vec<(usize, &Arc<Hold>)> = holds.iter().enumerate().collect();
+    let per_master = inner.members.iter().filter(|m| crate::quorum::NodeOps::counts(&***m)).map(|m| {
+        let clustered = fred::prelude::ClientLike::is_clustered(&m.node.client);
+        let mut groups: HashMap<u16, Vec<(usize, &Arc<Hold>)>> = HashMap::new();
+        for (i, h) in &indexed {
+            let slot = if clustered {
+                fred::util::redis_keyslot(h.lock_key.as_bytes())
+            } else {
+                0
+            };
+            groups.entry(slot).or_default().push((*i, *h));
         }
-    }))
-    .await;
+        let batches: Vec<Vec<(usize, &Arc<Hold>)>> = groups
+            .into_values()
+            .flat_map(|g| g.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>())
+            .collect();
+        let tally = &tally;
+        join_all(batches.into_iter().map(move |batch| async move {
+            let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, h)| (h.lock_key.as_str(), &*h.owner_field)).collect();
+            match m.node.renew(&pairs, lease, timeout).await {
+                Ok(flags) => {
+                    let renewed = flags.iter().filter(|ok| **ok).count();
+                    tracing::trace!(size = batch.len(), node = m.index, renewed, "renewal batch done");
+                    crate::observe::renewals(renewed as u64, 0);
+                    let mut t = tally.lock();
+                    for ((i, _), ok) in batch.iter().zip(flags) {
+                        if ok {
+                            t[*i].0 += 1;
+                        } else {
+                            t[*i].1 += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(size = batch.len(), node = m.index, error = %e, "renewal batch failed, retrying next tick");
+                    crate::observe::renewals(0, batch.len() as u64);
+                    crate::observe::node_failure(m.index);
+                    if matches!(e, crate::Error::Connection { .. }) {
+                        m.suspect();
+                    }
+                }
+            }
+        }))
+    });
+    join_all(per_master).await;
+    let now = Instant::now();
+    let valid_until = sent_at + lease.saturating_sub(drift(lease));
+    for (h, (confirmed, gone)) in holds.iter().zip(tally.into_inner()) {
+        if confirmed >= need && now < valid_until {
+            h.extend(valid_until);
+        } else if gone > n - need {
+            h.mark_lost(LossReason::Gone);
+        } else if now >= h.valid_until() {
+            h.mark_lost(LossReason::RenewalFailed);
+        }
+    }
 }
