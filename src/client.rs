@@ -207,7 +207,7 @@ impl ClientBuilder {
                     record_ttl,
                     waiter_timeout: self.fair_waiter_timeout,
                 };
-                Arc::new(Member::new(node, i, self.rejoin_delay))
+                Arc::new(Member::new(node, i, self.rejoin_delay, quorum))
             })
             .collect();
         if quorum || self.rejoin_delay.is_some() {

@@ -505,7 +505,12 @@ impl Lock {
             if split {
                 // Masters granted to different contenders and each gave its
                 // part back: retry after a random pause so they do not
-                // collide again (and again).
+                // collide again (and again). A fair waiter also leaves every
+                // queue: masters whose queues disagree on the order would
+                // otherwise keep handing their heads different waiters.
+                if fair {
+                    queued.leave_now().await;
+                }
                 sleep = jitter(split_backoff);
                 split_backoff = (split_backoff * 2).min(Duration::from_millis(200));
             } else {

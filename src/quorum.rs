@@ -238,9 +238,10 @@ pub(crate) fn quorum_error(op: &'static str, n: usize, reached: usize, mut error
         reached,
         needed: majority(n),
         masters: n,
-        last: errors
-            .last()
-            .map_or_else(|| "masters excluded (delayed rejoin)".into(), |e| e.to_string()),
+        last: errors.last().map_or_else(
+            || "masters left out (failing recently, or waiting out the delayed rejoin)".into(),
+            |e| e.to_string(),
+        ),
     }
 }
 
@@ -311,6 +312,28 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
             }
             Err(e) => {
                 refused += 1;
+                crate::observe::node_failure(i);
+                errors.push(e);
+                unknown.push(pending);
+            }
+        }
+    }
+    // The decision is made. Masters still answering get a short grace (as
+    // long again as the decision took): their levels then join the hold or
+    // are undone here instead of by a second round trip in the background.
+    let grace_end = Instant::now() + sent_at.elapsed().max(Duration::from_micros(200));
+    while !replies.is_empty() {
+        let Ok(Some((i, r, pending))) = tokio::time::timeout_at(grace_end.into(), replies.next()).await else {
+            break;
+        };
+        match r {
+            Ok(AcquireReply::Acquired { token, count }) => {
+                partial.held[i] = true;
+                partial.tokens[i] = Some(token);
+                counts.push((i, count));
+            }
+            Ok(AcquireReply::Held { pttl }) => pttls.push(pttl),
+            Err(e) => {
                 crate::observe::node_failure(i);
                 errors.push(e);
                 unknown.push(pending);
@@ -428,10 +451,10 @@ pub(crate) enum Released {
     NotHeld,
 }
 
-/// Releases one level on every master (the `resent` flag and per-master
-/// tokens as [`Node::release`]). Masters whose outcome is unknown get the
-/// same request again in the background.
-#[allow(clippy::too_many_arguments)]
+/// Releases one level on every master (per-master tokens as
+/// [`Node::release`]). Returns once the outcome is known on a majority;
+/// masters still answering finish in the background, and those whose
+/// outcome is unknown get the same request again there.
 pub(crate) async fn release<M: NodeOps>(
     members: &[Arc<M>],
     keys: &Arc<LockKeys>,
@@ -443,39 +466,40 @@ pub(crate) async fn release<M: NodeOps>(
 ) -> Result<Released> {
     let n = members.len();
     let need = majority(n);
-    let results = futures::future::join_all(members.iter().enumerate().map(|(i, m)| {
-        let token = tokens.get(i).copied().flatten();
-        async move { m.release(keys, owner, token, relet, request, false).await }
-    }))
-    .await;
+    let mut replies: FuturesUnordered<_> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (m, keys, owner, request) = (m.clone(), keys.clone(), owner.clone(), request.to_string());
+            let token = tokens.get(i).copied().flatten();
+            async move {
+                let r = m.release(&keys, &owner, token, relet, &request, false).await;
+                if matches!(r, Err(ref e) if e.is_outcome_unknown()) {
+                    crate::observe::node_failure(i);
+                    resend_release(m, keys, owner, token, relet, request, record_ttl);
+                }
+                r
+            }
+        })
+        .collect();
     let (mut done, mut not_held) = (0, 0);
     let mut errors = Vec::new();
-    for (i, r) in results.into_iter().enumerate() {
+    while done + not_held < need && errors.len() <= n - need {
+        let Some(r) = replies.next().await else { break };
         match r {
             Ok(ReleaseReply::Released | ReleaseReply::StillHeld(_)) => done += 1,
             Ok(ReleaseReply::NotHeld) => not_held += 1,
-            Err(e) => {
-                crate::observe::node_failure(i);
-                if e.is_outcome_unknown() {
-                    resend_release(
-                        members[i].clone(),
-                        keys.clone(),
-                        owner.clone(),
-                        tokens.get(i).copied().flatten(),
-                        relet,
-                        request.to_string(),
-                        record_ttl,
-                    );
-                }
-                errors.push(e);
-            }
+            Err(e) => errors.push(e),
         }
     }
-    if not_held >= need {
+    if !replies.is_empty() {
+        spawn(async move { while replies.next().await.is_some() {} });
+    }
+    if not_held >= need || (done + not_held >= need && done == 0) {
         return Ok(Released::NotHeld);
     }
     if done + not_held >= need {
-        return Ok(if done > 0 { Released::Done } else { Released::NotHeld });
+        return Ok(Released::Done);
     }
     Err(quorum_error("release", n, done + not_held, errors))
 }
@@ -515,6 +539,11 @@ pub(crate) struct Member {
     pub(crate) node: Node,
     pub(crate) index: usize,
     rejoin: Arc<Rejoin>,
+    /// In a quorum: a master that just failed to answer is left out of
+    /// acquire attempts until then, so a stopped master does not cost every
+    /// attempt the node timeout. The first attempt after it probes again.
+    resting_until: Mutex<Option<Instant>>,
+    quorum: bool,
 }
 
 /// The delayed-rejoin state of one master.
@@ -526,6 +555,10 @@ struct Rejoin {
     out_until: Mutex<Option<Instant>>,
     /// The connection broke since the master's uptime was last checked.
     suspect: AtomicBool,
+    /// fred announces a re-opened connection before it writes anything on
+    /// it, so an event pending here after a reply means the command may have
+    /// run on a new connection (to a restarted server).
+    reconnects: Mutex<Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>>,
 }
 
 impl Rejoin {
@@ -549,8 +582,11 @@ impl Rejoin {
 }
 
 impl Member {
-    pub(crate) fn new(node: Node, index: usize, rejoin_delay: Option<Duration>) -> Member {
+    pub(crate) fn new(node: Node, index: usize, rejoin_delay: Option<Duration>, quorum: bool) -> Member {
+        let reconnects = rejoin_delay.map(|_| fred::prelude::EventInterface::reconnect_rx(&node.client));
         Member {
+            resting_until: Mutex::new(None),
+            quorum,
             node,
             index,
             rejoin: Arc::new(Rejoin {
@@ -558,8 +594,28 @@ impl Member {
                 delay: rejoin_delay,
                 out_until: Mutex::new(None),
                 suspect: AtomicBool::new(false),
+                reconnects: Mutex::new(reconnects),
             }),
         }
+    }
+
+    /// Whether the connection was re-opened since the last look (then the
+    /// master is suspect until its uptime was checked).
+    fn reconnected(&self) -> bool {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut rx = self.rejoin.reconnects.lock();
+        let Some(rx) = rx.as_mut() else { return false };
+        let mut seen = false;
+        loop {
+            match rx.try_recv() {
+                Ok(_) | Err(TryRecvError::Lagged(_)) => seen = true,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        if seen {
+            self.suspect();
+        }
+        seen
     }
 
     /// Records the master's uptime: one that started less than the rejoin
@@ -594,8 +650,14 @@ impl Member {
     }
 
     fn note<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(Error::Connection { .. }) = &r {
-            self.suspect();
+        if let Err(e) = &r {
+            if matches!(e, Error::Connection { .. }) {
+                self.suspect();
+            }
+            if self.quorum && e.is_outcome_unknown() {
+                let rest = (self.node.command_timeout * 5).min(Duration::from_secs(1));
+                *self.resting_until.lock() = Some(Instant::now() + rest);
+            }
         }
         r
     }
@@ -610,7 +672,16 @@ impl NodeOps for Member {
         request: &str,
         enqueue: bool,
     ) -> Result<AcquireReply> {
-        self.note(self.node.acquire(keys, owner, lease, request, enqueue).await)
+        let r = self.note(self.node.acquire(keys, owner, lease, request, enqueue).await);
+        if r.is_ok() && self.reconnected() {
+            // It ran on a re-opened connection, maybe on a restarted master:
+            // not counted (and undone, as a reply of unknown outcome).
+            return Err(Error::Connection {
+                op: "acquire",
+                message: "the master's connection was re-opened; not counted until its uptime is checked".into(),
+            });
+        }
+        r
     }
 
     async fn release(
@@ -630,7 +701,18 @@ impl NodeOps for Member {
     }
 
     fn counts(&self) -> bool {
-        if self.rejoin.suspect.load(Ordering::Acquire) {
+        if self.quorum {
+            let mut resting = self.resting_until.lock();
+            match *resting {
+                Some(t) if Instant::now() < t => return false,
+                Some(_) => *resting = None,
+                None => {}
+            }
+        }
+        if self.rejoin.delay.is_none() {
+            return true;
+        }
+        if self.reconnected() || self.rejoin.suspect.load(Ordering::Acquire) {
             return false;
         }
         let mut out = self.rejoin.out_until.lock();
@@ -643,5 +725,218 @@ impl NodeOps for Member {
             }
             None => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The quorum arithmetic against in-memory masters (pure logic; the
+    //! real-server behaviour is in tests/quorum.rs).
+
+    use super::*;
+
+    /// An in-memory master: one lock, a fencing counter, up or down.
+    #[derive(Default)]
+    struct Fake {
+        down: bool,
+        /// (owner, count) of the hold, if any.
+        hold: Mutex<Option<(String, u64)>>,
+        counter: Mutex<u64>,
+        /// Replay records: request id -> (token, count).
+        records: Mutex<std::collections::HashMap<String, (u64, u64)>>,
+    }
+
+    fn unreachable() -> Error {
+        Error::Connection {
+            op: "fake",
+            message: "master down".into(),
+        }
+    }
+
+    impl NodeOps for Fake {
+        async fn acquire(
+            &self,
+            _: &LockKeys,
+            owner: &str,
+            _: Duration,
+            request: &str,
+            _: bool,
+        ) -> Result<AcquireReply> {
+            if self.down {
+                return Err(unreachable());
+            }
+            if let Some((token, count)) = self.records.lock().get(request) {
+                return Ok(AcquireReply::Acquired {
+                    token: *token,
+                    count: *count,
+                });
+            }
+            let mut hold = self.hold.lock();
+            let mut counter = self.counter.lock();
+            let count = match &mut *hold {
+                None => {
+                    *counter += 1;
+                    *hold = Some((owner.to_string(), 1));
+                    1
+                }
+                Some((o, c)) if o == owner => {
+                    *c += 1;
+                    *c
+                }
+                Some(_) => return Ok(AcquireReply::Held { pttl: 1000 }),
+            };
+            self.records.lock().insert(request.to_string(), (*counter, count));
+            Ok(AcquireReply::Acquired { token: *counter, count })
+        }
+
+        async fn release(
+            &self,
+            _: &LockKeys,
+            owner: &str,
+            token: Option<u64>,
+            _: Duration,
+            _: &str,
+            _: bool,
+        ) -> Result<ReleaseReply> {
+            if self.down {
+                return Err(unreachable());
+            }
+            let mut hold = self.hold.lock();
+            match &mut *hold {
+                Some((o, c)) if o == owner && token.map_or(true, |t| t == *self.counter.lock()) => {
+                    *c -= 1;
+                    if *c == 0 {
+                        *hold = None;
+                        Ok(ReleaseReply::Released)
+                    } else {
+                        Ok(ReleaseReply::StillHeld(*c))
+                    }
+                }
+                _ => Ok(ReleaseReply::NotHeld),
+            }
+        }
+
+        async fn raise_token(&self, _: &LockKeys, token: u64) -> Result<u64> {
+            if self.down {
+                return Err(unreachable());
+            }
+            let mut c = self.counter.lock();
+            *c = (*c).max(token);
+            Ok(*c)
+        }
+
+        fn counts(&self) -> bool {
+            true
+        }
+    }
+
+    fn holder(m: &Fake) -> Option<String> {
+        m.hold.lock().as_ref().map(|(o, _)| o.clone())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grant_iff_a_majority_is_free_and_partial_grants_are_rolled_back() {
+        let keys = Arc::new(LockKeys::new("", "fake").unwrap());
+        let me: Arc<str> = Arc::from("me:1");
+        let mut cases = 0;
+        for n in 1..=7usize {
+            // Each master is free (0), held by another owner (1) or down (2).
+            for code in 0..3usize.pow(n as u32) {
+                let states: Vec<usize> = (0..n).map(|i| code / 3usize.pow(i as u32) % 3).collect();
+                let members: Vec<Arc<Fake>> = states
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let f = Fake {
+                            down: *s == 2,
+                            ..Default::default()
+                        };
+                        // Counters differ between masters, as after failures.
+                        *f.counter.lock() = (i as u64 * 7) % 5;
+                        if *s == 1 {
+                            *f.hold.lock() = Some(("other:1".into(), 1));
+                        }
+                        Arc::new(f)
+                    })
+                    .collect();
+                let free = states.iter().filter(|s| **s == 0).count();
+                let answering = states.iter().filter(|s| **s != 2).count();
+                let before: Vec<u64> = members.iter().map(|m| *m.counter.lock()).collect();
+                let request = format!("r{n}-{code}");
+                let ask = Ask {
+                    keys: &keys,
+                    owner: &me,
+                    lease: Duration::from_secs(10),
+                    request: &request,
+                    enqueue: false,
+                    known: None,
+                };
+                let r = acquire(&members, &ask).await;
+                let label = format!("n={n} states={states:?}");
+                if free >= majority(n) {
+                    let Ok(Attempt::Granted(g)) = r else {
+                        panic!("{label}: expected a grant, got {r:?}")
+                    };
+                    assert_eq!(g.depth, 1, "{label}");
+                    // The token is above every counter any granting master had,
+                    // and a majority's counters now hold it.
+                    let highest_free = (0..n).filter(|i| states[*i] == 0).map(|i| before[i]).max().unwrap();
+                    assert!(g.token > highest_free, "{label}");
+                    let at_least = members.iter().filter(|m| *m.counter.lock() >= g.token).count();
+                    assert!(at_least >= majority(n), "{label}: token written back to {at_least}");
+                    let mine = members.iter().filter(|m| holder(m).as_deref() == Some("me:1")).count();
+                    assert!(mine >= majority(n), "{label}");
+                    // Releasing frees every master we held.
+                    let released = release(
+                        &members,
+                        &keys,
+                        &me,
+                        &g.node_tokens,
+                        Duration::ZERO,
+                        "rel",
+                        Duration::from_secs(1),
+                    )
+                    .await;
+                    assert!(matches!(released, Ok(Released::Done)), "{label}");
+                } else {
+                    match r {
+                        Ok(Attempt::Denied { .. }) => {
+                            assert!(answering >= majority(n), "{label}: denied, not an error")
+                        }
+                        Err(Error::QuorumNotReached { reached, .. }) => {
+                            assert!(answering < majority(n), "{label}: an error with a majority answering");
+                            assert!(reached < majority(n), "{label}");
+                        }
+                        Err(e) if n == 1 => assert!(matches!(e, Error::Connection { .. }), "{label}"),
+                        other => panic!("{label}: expected no grant, got {other:?}"),
+                    }
+                }
+                for (i, m) in members.iter().enumerate() {
+                    assert_ne!(
+                        holder(m).as_deref(),
+                        Some("me:1"),
+                        "{label}: master {i} still held after the call"
+                    );
+                    if states[i] == 1 {
+                        assert_eq!(
+                            holder(m).as_deref(),
+                            Some("other:1"),
+                            "{label}: another owner's hold touched"
+                        );
+                    }
+                }
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, (1..=7u32).map(|n| 3usize.pow(n)).sum::<usize>());
+    }
+
+    #[test]
+    fn majority_and_drift() {
+        assert_eq!([1, 3, 5, 7].map(majority), [1, 2, 3, 4]);
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+        assert_eq!(combine_pttl(&[-3, 40, 7, -1]), 7);
+        assert_eq!(combine_pttl(&[-1, -3]), -3);
+        assert_eq!(combine_pttl(&[-1]), -1);
     }
 }
