@@ -606,11 +606,8 @@ impl Member {
         let mut rx = self.rejoin.reconnects.lock();
         let Some(rx) = rx.as_mut() else { return false };
         let mut seen = false;
-        loop {
-            match rx.try_recv() {
-                Ok(_) | Err(TryRecvError::Lagged(_)) => seen = true,
-                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-            }
+        while let Ok(_) | Err(TryRecvError::Lagged(_)) = rx.try_recv() {
+            seen = true;
         }
         if seen {
             self.suspect();
