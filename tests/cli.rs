@@ -123,7 +123,91 @@ fn exit_codes() {
     }
     let mut c = cli(&server);
     c.args(["--redis", &server.url(), "status", "x"]);
-    assert_eq!(code(&run(c, T)), 64, "several --redis (a quorum) is not supported yet");
+    assert_eq!(code(&run(c, T)), 64, "two masters (an even number) is a usage error");
+}
+
+fn quorum_cli(servers: &[RedisServer]) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("LOCKWARDEN_REDIS");
+    for s in servers {
+        c.args(["--redis", &s.url()]);
+    }
+    c
+}
+
+#[test]
+fn run_status_and_unlock_over_a_quorum() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut c = quorum_cli(&servers);
+    c.args(["run", "q", "--", "sh", "-c", "echo $LOCKWARDEN_TOKEN"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
+    // Written back to every master that granted it.
+    for s in &servers {
+        assert_eq!(s.cmd(&["GET", "lockwarden:{q}:token"]).as_str(), Some("1"));
+    }
+    // A holder on the quorum shows in status; force unlock frees it everywhere.
+    let mut c = quorum_cli(&servers);
+    c.args(["run", "q", "--", "sleep", "30"]);
+    let holder = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    assert!(eventually_sync(T, || servers.iter().all(|s| !s.keys("q").is_empty())));
+    let mut c = quorum_cli(&servers);
+    c.args(["status", "q", "--json"]);
+    let o = run(c, T);
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["last_token"], 2, "{status}");
+    let mut c = quorum_cli(&servers);
+    c.args(["unlock", "--force", "q"]);
+    assert_eq!(code(&run(c, T)), 0);
+    assert!(servers.iter().all(|s| s.keys("q").is_empty()));
+    // The holder learns at its next renewal; end it either way.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
+    let _ = wait(holder, T);
+    // Two of three masters unreachable: 69, one line.
+    let closed: Vec<u16> = (0..2)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        })
+        .collect();
+    let mut c = Command::new(BIN);
+    c.env_remove("LOCKWARDEN_REDIS").args(["--redis", &servers[0].url()]);
+    for p in &closed {
+        c.args(["--redis", &format!("redis://127.0.0.1:{p}")]);
+    }
+    c.args(["run", "q", "--", "true"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("majority"), "{}", stderr(&o));
+}
+
+#[test]
+fn bench_w4_runs_on_five_masters() {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let mut c = quorum_cli(&servers);
+    c.args(["bench", "--workload", "W4", "--duration", "1s", "--json"]);
+    let o = run(c, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let w4 = lines.iter().find(|l| l["workload"] == "W4").expect("a W4 line");
+    assert_eq!(w4["servers"], 5);
+    assert!(w4["ops_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(w4["errors"], 0);
+    assert!(w4["w1_p50_us"].as_f64().unwrap() > 0.0);
+    assert!(w4["p50_vs_w1"].as_f64().unwrap() > 0.0);
+    // Fewer masters: W4 is refused.
+    let mut c = quorum_cli(&servers[..3]);
+    c.args(["bench", "--workload", "W4", "--duration", "1s"]);
+    assert_eq!(code(&run(c, T)), 64);
 }
 
 fn eventually_sync(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {

@@ -166,11 +166,17 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
             return EX_USAGE;
         }
     };
-    if wanted == ["W4"] {
-        eprintln!("lockwarden: W4 needs a quorum of 5 masters, which this version does not support yet");
+    if wanted == ["W4"] && ctx.urls.len() != 5 {
+        eprintln!("lockwarden: W4 needs 5 masters (give --redis five times)");
         return EX_USAGE;
     }
-    let client = match ctx.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
+    // Every workload but W4 runs against the first master alone.
+    let single = Ctx {
+        url: ctx.url.clone(),
+        urls: vec![ctx.url.clone()],
+        prefix: ctx.prefix.clone(),
+    };
+    let client = match single.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -230,8 +236,41 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
                 }
             }
             "W4" => {
-                eprintln!("lockwarden bench: skipping W4 (needs a quorum of 5 masters, not supported yet)");
-                continue;
+                if ctx.urls.len() != 5 {
+                    eprintln!("lockwarden bench: skipping W4 (needs 5 masters: give --redis five times)");
+                    continue;
+                }
+                let quorum = match ctx.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                let p = progress("W4", total * 2);
+                // W1 on the first master in the same run: the yardstick.
+                let (c, q, d) = (client.clone(), quorum.clone(), args.duration);
+                let r = tokio::spawn(async move {
+                    let w1 = workloads::uncontended(&c, 1, d).await;
+                    let w4 = workloads::uncontended(&q, 1, d).await;
+                    (w1, w4)
+                })
+                .await;
+                p.abort();
+                match r {
+                    Ok((w1, w4)) => {
+                        let mut m = parse(&w4.json());
+                        m.insert("workload".into(), json!("W4"));
+                        m.insert("servers".into(), json!(5));
+                        m.insert("w1_p50_us".into(), json!((w1.latency_us.p50 * 10.0).round() / 10.0));
+                        m.insert(
+                            "p50_vs_w1".into(),
+                            json!((w4.latency_us.p50 / w1.latency_us.p50 * 100.0).round() / 100.0),
+                        );
+                        (m, w4.all_ops)
+                    }
+                    Err(e) => {
+                        eprintln!("lockwarden: W4 failed: {e}");
+                        continue;
+                    }
+                }
             }
             _ => {
                 let p = progress("W6", Duration::from_secs(6));
@@ -243,7 +282,8 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
                 }
             }
         };
-        if w != "W6" {
+        // W4's commands are spread over 5 masters; the counters are the first one's.
+        if w != "W6" && w != "W4" {
             add_server_cost(&mut m, before, counters(&redis).await, all_ops);
         }
         report.emit(m);

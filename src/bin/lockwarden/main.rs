@@ -19,7 +19,9 @@ pub const EX_TEMPFAIL: i32 = 75;
 #[derive(Parser, Debug)]
 #[command(name = "lockwarden", version, about = "Distributed locks over Redis, from the shell")]
 struct Cli {
-    /// Redis URL. Default: $LOCKWARDEN_REDIS (comma-separated), else redis://127.0.0.1:6379.
+    /// Redis URL; repeat it for a quorum of independent masters (an odd
+    /// number, majority wins). Default: $LOCKWARDEN_REDIS (comma-separated),
+    /// else redis://127.0.0.1:6379.
     #[arg(long = "redis", value_name = "URL", global = true)]
     redis: Vec<String>,
     /// Prefix put before every lock name to form its key.
@@ -142,16 +144,14 @@ async fn dispatch(cli: Cli) -> i32 {
     } else {
         cli.redis.clone()
     };
-    let url = match urls.as_slice() {
-        [] => "redis://127.0.0.1:6379".to_string(),
-        [one] => one.clone(),
-        _ => {
-            eprintln!("lockwarden: a quorum of several masters is not supported yet; give one --redis URL");
-            return EX_USAGE;
-        }
+    let urls = if urls.is_empty() {
+        vec!["redis://127.0.0.1:6379".to_string()]
+    } else {
+        urls
     };
     let ctx = Ctx {
-        url,
+        url: urls[0].clone(),
+        urls,
         prefix: cli.prefix.clone(),
     };
     match cli.command {
@@ -165,19 +165,23 @@ async fn dispatch(cli: Cli) -> i32 {
 
 /// What every command needs to connect.
 pub struct Ctx {
+    /// The first master (the only one without a quorum).
     pub url: String,
+    /// Every master given; several form a quorum.
+    pub urls: Vec<String>,
     pub prefix: String,
 }
 
 impl Ctx {
-    /// Connects, or says why not and returns the exit code.
+    /// Connects to the master or the quorum, or says why not and returns
+    /// the exit code.
     pub async fn connect(&self, watchdog_lease: Duration) -> Result<Client, i32> {
-        Client::builder(&self.url)
+        Client::builder_for_masters(&self.urls)
             .key_prefix(self.prefix.clone())
             .watchdog_lease(watchdog_lease)
             .build()
             .await
-            .map_err(|e| fail(&format!("cannot use redis at {}", self.url), &e))
+            .map_err(|e| fail(&format!("cannot use redis at {}", self.urls.join(",")), &e))
     }
 }
 
