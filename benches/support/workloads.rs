@@ -83,6 +83,21 @@ pub async fn ping_us(redis: &fred::clients::Client, n: usize) -> Stats {
     stats(v)
 }
 
+/// The fan-out floor of a quorum: round trips of one PING sent to every
+/// master at once, waiting for all (`n` samples).
+pub async fn fanout_ping_us(masters: &[&fred::clients::Client], n: usize) -> Stats {
+    use fred::prelude::ClientLike;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = futures::future::join_all(masters.iter().map(|m| m.ping::<String>(None))).await;
+        if r.iter().all(|r| r.is_ok()) {
+            v.push(us(t.elapsed()));
+        }
+    }
+    stats(v)
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }

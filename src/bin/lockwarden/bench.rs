@@ -248,15 +248,21 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
                 // W1 on the first master in the same run: the yardstick.
                 let (c, q, d) = (client.clone(), quorum.clone(), args.duration);
                 let r = tokio::spawn(async move {
+                    // The floor: one PING to all 5 at once, against one PING.
+                    let masters = q.masters();
+                    let fanout = workloads::fanout_ping_us(&masters, 2000).await;
+                    let one = workloads::ping_us(masters[0], 2000).await;
                     let w1 = workloads::uncontended(&c, 1, d).await;
                     let w4 = workloads::uncontended(&q, 1, d).await;
-                    (w1, w4)
+                    (w1, w4, fanout, one)
                 })
                 .await;
                 p.abort();
                 match r {
-                    Ok((w1, w4)) => {
+                    Ok((w1, w4, fanout, one)) => {
                         let mut m = parse(&w4.json());
+                        m.insert("ping_p50_us".into(), json!((one.p50 * 10.0).round() / 10.0));
+                        m.insert("ping5_p50_us".into(), json!((fanout.p50 * 10.0).round() / 10.0));
                         m.insert("workload".into(), json!("W4"));
                         m.insert("servers".into(), json!(5));
                         m.insert("w1_p50_us".into(), json!((w1.latency_us.p50 * 10.0).round() / 10.0));
