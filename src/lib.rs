@@ -60,6 +60,13 @@
 //!   remaining lease, so a lost message only delays them.
 //! - A dead or hung server is an error within the command timeout (3 s by
 //!   default), never a hang.
+//! - Over a quorum of independent masters ([`Client::builder_for_masters`]),
+//!   all of the above with a majority: a lock survives the loss of any
+//!   minority of masters; a hold is valid for its lease minus the time
+//!   acquiring took and a clock-drift allowance ([`LockGuard::validity`]);
+//!   fencing tokens stay increasing (the chosen token is written back to a
+//!   majority). A master that restarts empty and counts at once can break
+//!   mutual exclusion: see [`ClientBuilder::rejoin_delay`].
 //!
 //! # What is *not* guaranteed
 //!
