@@ -41,6 +41,14 @@ fn code(o: &Output) -> i32 {
     o.status.code().expect("exited normally")
 }
 
+/// Stdout as one JSON object per line.
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -194,10 +202,7 @@ fn bench_w4_runs_on_five_masters() {
     c.args(["bench", "--workload", "W4", "--duration", "1s", "--json"]);
     let o = run(c, Duration::from_secs(60));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let lines = json_lines(&o);
     let w4 = lines.iter().find(|l| l["workload"] == "W4").expect("a W4 line");
     assert_eq!(w4["servers"], 5);
     assert!(w4["ops_per_s"].as_f64().unwrap() > 0.0);
@@ -411,10 +416,7 @@ fn bench_w1_prints_valid_json() {
     c.args(["bench", "--workload", "W1", "--duration", "1s", "--json"]);
     let o = run(c, Duration::from_secs(60));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let lines = json_lines(&o);
     let w1 = lines.iter().find(|l| l["workload"] == "W1").expect("a W1 line");
     assert!(w1["ops_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(w1["violations"], 0);
