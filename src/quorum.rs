@@ -288,35 +288,24 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
             }
         })
         .collect();
-    let mut refused = n - replies.len();
-    let mut counts: Vec<(usize, u64)> = Vec::with_capacity(n);
-    let mut pttls = Vec::new();
-    let mut errors = Vec::new();
-    // Requests whose outcome is unknown: re-sent and undone when dropped.
-    let mut unknown = Vec::new();
+    let left_out = n - replies.len();
+    let mut t = Tally {
+        counts: Vec::with_capacity(n),
+        pttls: Vec::new(),
+        errors: Vec::new(),
+        unknown: Vec::new(),
+    };
     // Stop once granted, or once refused for sure with enough answers to
     // call it contention; fewer answers than a majority is an error.
-    while counts.len() < need && !(refused > n - need && counts.len() + pttls.len() >= need) {
+    loop {
+        let refused = left_out + t.pttls.len() + t.errors.len();
+        if t.counts.len() >= need || (refused > n - need && t.counts.len() + t.pttls.len() >= need) {
+            break;
+        }
         let Some((i, r, pending)) = replies.next().await else {
             break;
         };
-        match r {
-            Ok(AcquireReply::Acquired { token, count }) => {
-                partial.held[i] = true;
-                partial.tokens[i] = Some(token);
-                counts.push((i, count));
-            }
-            Ok(AcquireReply::Held { pttl }) => {
-                refused += 1;
-                pttls.push(pttl);
-            }
-            Err(e) => {
-                refused += 1;
-                crate::observe::node_failure(i);
-                errors.push(e);
-                unknown.push(pending);
-            }
-        }
+        t.absorb(&mut partial, i, r, pending);
     }
     // The decision is made. Masters still answering get a short grace (as
     // long again as the decision took): their levels then join the hold or
@@ -326,22 +315,16 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         let Ok(Some((i, r, pending))) = tokio::time::timeout_at(grace_end.into(), replies.next()).await else {
             break;
         };
-        match r {
-            Ok(AcquireReply::Acquired { token, count }) => {
-                partial.held[i] = true;
-                partial.tokens[i] = Some(token);
-                counts.push((i, count));
-            }
-            Ok(AcquireReply::Held { pttl }) => pttls.push(pttl),
-            Err(e) => {
-                crate::observe::node_failure(i);
-                errors.push(e);
-                unknown.push(pending);
-            }
-        }
+        t.absorb(&mut partial, i, r, pending);
     }
     // Masters that have not answered yet are settled in the background.
     drop(replies);
+    let Tally {
+        counts,
+        pttls,
+        errors,
+        unknown,
+    } = t;
     drop(unknown);
 
     if counts.len() >= need {
@@ -407,6 +390,35 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         pttl: combine_pttl(&pttls),
         split,
     })
+}
+
+/// The replies of one acquire attempt so far.
+struct Tally<M: NodeOps> {
+    /// (master, reentry count) of each grant.
+    counts: Vec<(usize, u64)>,
+    /// Remaining leases of the holders that refused.
+    pttls: Vec<i64>,
+    errors: Vec<Error>,
+    /// Requests whose outcome is unknown: re-sent and undone when dropped.
+    unknown: Vec<Pending<M>>,
+}
+
+impl<M: NodeOps> Tally<M> {
+    fn absorb(&mut self, partial: &mut Partial<M>, i: usize, r: Result<AcquireReply>, pending: Pending<M>) {
+        match r {
+            Ok(AcquireReply::Acquired { token, count }) => {
+                partial.held[i] = true;
+                partial.tokens[i] = Some(token);
+                self.counts.push((i, count));
+            }
+            Ok(AcquireReply::Held { pttl }) => self.pttls.push(pttl),
+            Err(e) => {
+                crate::observe::node_failure(i);
+                self.errors.push(e);
+                self.unknown.push(pending);
+            }
+        }
+    }
 }
 
 /// Picks the token of a fresh hold: the highest counter among the granting
