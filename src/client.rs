@@ -456,6 +456,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("uuid", &self.inner.uuid)
+            .field("masters", &self.inner.members.len())
             .field("prefix", &self.inner.settings.prefix)
             .field("watchdog_lease", &self.inner.settings.watchdog_lease)
             .finish_non_exhaustive()
@@ -477,8 +478,28 @@ impl Client {
     /// [`Client::builder`]. The same server listed twice is refused when
     /// the client connects (it would count twice toward the majority).
     ///
-    /// See the README's "Quorum of masters" section for what this does and
-    /// does not guarantee.
+    /// See the README's "A quorum of independent masters" section for what
+    /// this does and does not guarantee.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo() -> lockwarden::Result<()> {
+    /// let client = lockwarden::Client::builder_for_masters([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .command_timeout(Duration::from_millis(100)) // per master
+    /// .rejoin_delay(Duration::from_secs(60)) // >= the longest lease in use
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("invoices")?.lock().await?;
+    /// println!("token {}, valid for {:?}", guard.token(), guard.validity());
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder_for_masters<I, S>(urls: I) -> ClientBuilder
     where
         I: IntoIterator<Item = S>,
