@@ -214,7 +214,7 @@ impl ClientBuilder {
             check_masters(&members).await?;
         }
         futures::future::join_all(members.iter().map(|m| m.node.load_scripts())).await;
-        for m in &members {
+        for m in members.iter().filter(|_| self.rejoin_delay.is_some()) {
             // A re-opened connection may lead to a restarted, empty master.
             let mut reconnects = m.node.client.reconnect_rx();
             let weak = Arc::downgrade(m);
@@ -411,10 +411,6 @@ pub(crate) fn fresh_request_id() -> String {
 }
 
 impl Inner {
-    pub(crate) fn request_id(&self) -> String {
-        fresh_request_id()
-    }
-
     /// The first master (the only one without a quorum).
     pub(crate) fn first(&self) -> &Node {
         &self.members[0].node

@@ -227,7 +227,7 @@ impl Release {
         // Armed before the await: dropping this future mid-call re-sends too.
         let mut pending = Resend {
             release: Some(self.clone_parts()),
-            request: self.inner.request_id(),
+            request: crate::client::fresh_request_id(),
             sent_at: Instant::now(),
         };
         let res = crate::quorum::release(
@@ -290,36 +290,20 @@ impl Drop for Resend {
         let Some(release) = self.release.take() else { return };
         let request = std::mem::take(&mut self.request);
         let give_up = self.sent_at + release.inner.first().record_ttl / 2;
-        release.inner.spawner().spawn(async move {
-            // Every master gets the same request again; a master that ran it
-            // already answers from its record.
-            let inner = &release.inner;
-            futures::future::join_all(inner.members.iter().enumerate().map(|(i, m)| {
-                let (release, request) = (&release, &request);
-                async move {
-                    let token = release.hold.node_tokens.get(i).copied().flatten();
-                    let mut pause = Duration::from_millis(50);
-                    loop {
-                        let r = m
-                            .node
-                            .release(&release.keys, &release.hold.owner_field, token, release.relet, request, true)
-                            .await;
-                        match r {
-                            Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                                tokio::time::sleep(pause).await;
-                                pause = (pause * 2).min(Duration::from_secs(1));
-                            }
-                            Err(e) => {
-                                tracing::warn!(lock = %release.keys.name, master = i, error = %e, "release still unconfirmed; the lease bounds the hold");
-                                break;
-                            }
-                            Ok(_) => break,
-                        }
-                    }
-                }
-            }))
-            .await;
-        });
+        // Every master gets the same request again; a master that ran it
+        // already answers from its record.
+        let spawner = release.inner.spawner();
+        for (i, m) in release.inner.members.iter().enumerate() {
+            spawner.spawn(crate::quorum::resend_release(
+                m.clone(),
+                release.keys.clone(),
+                release.hold.owner_field.clone(),
+                release.hold.node_tokens.get(i).copied().flatten(),
+                release.relet,
+                request.clone(),
+                give_up,
+            ));
+        }
     }
 }
 

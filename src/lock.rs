@@ -334,7 +334,7 @@ impl Lock {
         let inner = self.inner.clone();
         let keys = self.keys.clone();
         let task = self.inner.spawner().spawn(async move {
-            let request = inner.request_id();
+            let request = crate::client::fresh_request_id();
             let tokens = match &hold {
                 Some(h) => h.node_tokens.clone(),
                 None => vec![None; inner.members.len()],
@@ -567,7 +567,7 @@ impl Lock {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = self.inner.request_id();
+        let request = crate::client::fresh_request_id();
         let known = self
             .inner
             .holds

@@ -488,7 +488,8 @@ pub(crate) async fn release<M: NodeOps>(
                 let r = m.release(&keys, &owner, token, relet, &request, false).await;
                 if matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                     crate::observe::node_failure(i);
-                    resend_release(m, keys, owner, token, relet, request, record_ttl);
+                    let give_up = Instant::now() + record_ttl / 2;
+                    spawn(resend_release(m, keys, owner, token, relet, request, give_up));
                 }
                 r
             }
@@ -516,34 +517,32 @@ pub(crate) async fn release<M: NodeOps>(
     Err(quorum_error("release", n, done + not_held, errors))
 }
 
-/// Re-sends a release whose outcome is unknown until a master answers; stops
-/// well inside the request record's life, so a late run never subtracts twice.
-fn resend_release<M: NodeOps>(
+/// Re-sends a release whose outcome is unknown until the master answers or
+/// `give_up` (keep it well inside the request record's life, so a late run
+/// never subtracts twice). The caller spawns it.
+pub(crate) async fn resend_release<M: NodeOps>(
     member: Arc<M>,
     keys: Arc<LockKeys>,
     owner: Arc<str>,
     token: Option<u64>,
     relet: Duration,
     request: String,
-    record_ttl: Duration,
+    give_up: Instant,
 ) {
-    let give_up = Instant::now() + record_ttl / 2;
-    spawn(async move {
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match member.release(&keys, &owner, token, relet, &request, true).await {
-                Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e, "release still unconfirmed; the lease bounds the hold");
-                    break;
-                }
-                Ok(_) => break,
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match member.release(&keys, &owner, token, relet, &request, true).await {
+            Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
+            Err(e) => {
+                tracing::warn!(lock = %keys.name, error = %e, "release still unconfirmed; the lease bounds the hold");
+                break;
+            }
+            Ok(_) => break,
         }
-    });
+    }
 }
 
 /// One master of a client: its connection and its rejoin state.

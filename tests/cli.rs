@@ -155,6 +155,17 @@ fn run_status_and_unlock_over_a_quorum() {
     for s in &servers {
         assert_eq!(s.cmd(&["GET", "lockwarden:{q}:token"]).as_str(), Some("1"));
     }
+    // The same quorum from $LOCKWARDEN_REDIS, comma-separated.
+    let mut c = Command::new(BIN);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    c.env("LOCKWARDEN_REDIS", urls.join(","))
+        .args(["run", "q", "--", "sh", "-c", "echo $LOCKWARDEN_TOKEN"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "2");
+    for s in &servers {
+        assert_eq!(s.cmd(&["GET", "lockwarden:{q}:token"]).as_str(), Some("2"));
+    }
     // A holder on the quorum shows in status; force unlock frees it everywhere.
     let mut c = quorum_cli(&servers);
     c.args(["run", "q", "--", "sleep", "30"]);
@@ -165,7 +176,7 @@ fn run_status_and_unlock_over_a_quorum() {
     let o = run(c, T);
     let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(status["held"], true, "{status}");
-    assert_eq!(status["last_token"], 2, "{status}");
+    assert_eq!(status["last_token"], 3, "{status}");
     let mut c = quorum_cli(&servers);
     c.args(["unlock", "--force", "q"]);
     assert_eq!(code(&run(c, T)), 0);
