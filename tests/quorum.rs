@@ -180,7 +180,7 @@ async fn restart_round(servers: &mut [RedisServer], first: &Client, second: &Cli
     let guard = first
         .lock(name)
         .unwrap()
-        .try_lock(Duration::from_secs(1), Duration::from_millis(1500))
+        .try_lock(Duration::from_secs(1), Duration::from_millis(2500))
         .await
         .unwrap()
         .expect("first client acquires on masters 0 and 1");
@@ -191,7 +191,9 @@ async fn restart_round(servers: &mut [RedisServer], first: &Client, second: &Cli
     servers[0].restart();
     let lock = second.lock(name).unwrap();
     let mut overlap = false;
-    let until = Instant::now() + Duration::from_millis(500);
+    // Longer than a master rests after a failed call (5 × 100 ms): the first
+    // try after the restart may meet the broken connection.
+    let until = Instant::now() + Duration::from_millis(1200);
     while Instant::now() < until && guard.validity() > Duration::from_millis(50) {
         if let Ok(Some(g)) = lock.try_lock(Duration::ZERO, Duration::from_millis(300)).await {
             // `first` still believes it holds the lock.
@@ -233,7 +235,7 @@ async fn delayed_rejoin_prevents_the_overlap_over_50_restarts() {
         let first = quorum(&servers, Duration::from_millis(100)).await;
         let second = Client::builder_for_masters(urls(&servers))
             .command_timeout(Duration::from_millis(100))
-            .rejoin_delay(Duration::from_secs(2))
+            .rejoin_delay(Duration::from_secs(3))
             .build()
             .await
             .unwrap();
