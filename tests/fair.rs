@@ -265,16 +265,17 @@ async fn an_unlock_wakes_exactly_one_waiter() {
             }));
         }
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "wakes") == 5).await);
-        // Each waiter listens on a channel of its own.
-        let channels = server.pubsub_channels();
-        assert_eq!(
-            channels
+        // Each waiter listens on a channel of its own. A waiter joins the
+        // queue with its first attempt and subscribes right after it.
+        let wake_channels = || {
+            server
+                .pubsub_channels()
                 .iter()
                 .filter(|c| c.starts_with("lockwarden:{wakes}:wake:"))
-                .count(),
-            5,
-            "{channels:?}"
-        );
+                .count()
+        };
+        assert!(eventually(Duration::from_secs(2), || wake_channels() == 5).await);
+        assert_eq!(wake_channels(), 5, "{:?}", server.pubsub_channels());
         let head = server
             .cmd(&["LINDEX", "lockwarden:{wakes}:queue", "0"])
             .as_str()
