@@ -55,7 +55,9 @@ end
 
 local token
 local count
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Nothing below changes whether the lock exists, short of taking it.
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if not exists then
   if not head or head == ARGV[1] then
     token = redis.pcall('INCR', KEYS[4])
     if type(token) == 'table' then return wrongtype(KEYS[4]) end
@@ -84,10 +86,10 @@ end
 
 if ARGV[5] == 'wait' then
   local deadline = now + tonumber(ARGV[3])
-  if redis.call('ZADD', KEYS[3], 'XX', 'CH', deadline, ARGV[1]) == 0
-      and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  -- ZADD counts only new members: a refresh just moves the deadline, a
+  -- newcomer also joins the end of the queue.
+  if redis.call('ZADD', KEYS[3], deadline, ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[2], ARGV[1])
-    redis.call('ZADD', KEYS[3], deadline, ARGV[1])
     if not head then
       head = ARGV[1]
     end
@@ -97,7 +99,7 @@ if ARGV[5] == 'wait' then
   redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
 end
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if exists then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if head and head ~= ARGV[1] then
