@@ -220,6 +220,12 @@ fn bench_w4_runs_on_five_masters() {
     assert_eq!(w4["errors"], 0);
     assert!(w4["w1_p50_us"].as_f64().unwrap() > 0.0);
     assert!(w4["p50_vs_w1"].as_f64().unwrap() > 0.0);
+    // Server cost summed over the five masters: each lock + unlock runs 13
+    // commands on every master (65), not only on a majority (39).
+    let cmds = w4["redis_cmds_per_op"].as_f64().unwrap();
+    assert!((60.0..=80.0).contains(&cmds), "redis_cmds_per_op = {cmds}");
+    assert!(w4["redis_cpu_us_per_op"].as_f64().unwrap() > 0.0);
+    assert!(w4["cores"].as_u64().unwrap() >= 1);
     // Fewer masters: W4 is refused.
     let mut c = quorum_cli(&servers[..3]);
     c.args(["bench", "--workload", "W4", "--duration", "1s"]);
