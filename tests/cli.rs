@@ -226,6 +226,7 @@ fn bench_w4_runs_on_five_masters() {
     assert!((60.0..=80.0).contains(&cmds), "redis_cmds_per_op = {cmds}");
     assert!(w4["redis_cpu_us_per_op"].as_f64().unwrap() > 0.0);
     assert!(w4["cores"].as_u64().unwrap() >= 1);
+    assert!(w4["client_cpu_us_per_op"].as_f64().unwrap() > 0.0);
     // Fewer masters: W4 is refused.
     let mut c = quorum_cli(&servers[..3]);
     c.args(["bench", "--workload", "W4", "--duration", "1s"]);
@@ -438,6 +439,9 @@ fn bench_w1_prints_valid_json() {
     assert!(w1["ops_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(w1["violations"], 0);
     assert!(w1["p50_us"].as_f64().unwrap() > 0.0);
+    // Exactly two scripts per lock + unlock (13 commands with their insides).
+    assert_eq!(w1["redis_cmds_per_op"], 13.0);
+    assert!(w1["client_cpu_us_per_op"].as_f64().unwrap() > 0.0);
     assert!(
         lines.iter().any(|l| l["limit"] == "ping_c1"),
         "the limit measured in the same run"
