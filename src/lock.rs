@@ -142,7 +142,10 @@ impl Lock {
     /// `lease` is [`Lease::Watchdog`] (or `None`) for a renewed hold, or a
     /// fixed lease (`Duration`, `Some(Duration)`, [`Lease::Fixed`]) that is
     /// never renewed. Returns `Ok(None)` when another owner keeps the lock
-    /// for the whole wait: contention is not an error.
+    /// for the whole wait: contention is not an error. Subscribing to the
+    /// unlock messages counts against `wait` too, so the call returns about
+    /// `wait` after it started even if a master is slow to confirm the
+    /// subscription (it may take up to one script call longer).
     ///
     /// # Errors
     ///
@@ -478,7 +481,17 @@ impl Lock {
             self.keys.channel.clone()
         };
         let interest = self.inner.pubsub.interest(&channel);
-        interest.ready().await?;
+        // Subscribing counts against the wait like everything else.
+        match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), interest.ready()).await {
+                Ok(subscribed) => subscribed?,
+                Err(_) => {
+                    queued.leave_now().await;
+                    return Ok(None);
+                }
+            },
+            None => interest.ready().await?,
+        }
         // Live fair waiters re-run the acquire script (refreshing their
         // deadline) three times per waiter timeout, however long the holder
         // keeps the lock.

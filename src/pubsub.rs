@@ -99,7 +99,8 @@ impl PubSub {
         }
     }
 
-    async fn subscribe(&self, name: &str, chan: &Channel) -> Result<()> {
+    async fn subscribe(self: &Arc<Self>, name: &str, chan: &Channel) -> Result<()> {
+        use futures::StreamExt;
         if chan.confirmed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -108,13 +109,32 @@ impl PubSub {
             return Ok(());
         }
         chan.on_server.store(true, Ordering::Release);
-        let results = futures::future::join_all(self.subs.iter().map(|sub| self.subscribe_one(sub, name))).await;
-        let n = results.len();
-        let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
+        let n = self.subs.len();
+        let need = crate::quorum::majority(n);
+        // The first poll hands every SUBSCRIBE to its connection, so a later
+        // UNSUBSCRIBE queues behind it; only the confirmations are awaited.
+        let mut confirms = crate::quorum::Unordered::new((0..n).map(|i| {
+            let (ps, name) = (self.clone(), name.to_string());
+            async move { ps.subscribe_one(&ps.subs[i], &name).await }
+        }));
+        let (mut confirmed, mut errors) = (0, Vec::new());
         // Waking needs one master's message and the lease bound covers the
         // rest; a majority keeps quorum waiters from relying on the bound.
-        if n - errors.len() < crate::quorum::majority(n) {
-            return Err(crate::quorum::quorum_error("subscribe", n, n - errors.len(), errors));
+        // A stopped master does not hold the waiter up: its confirmation
+        // goes on in the background.
+        while confirmed < need && errors.len() <= n - need {
+            match confirms.next().await {
+                Some(Ok(())) => confirmed += 1,
+                Some(Err(e)) => errors.push(e),
+                None => break,
+            }
+        }
+        if !confirms.is_empty() {
+            self.runtime
+                .spawn(async move { while confirms.next().await.is_some() {} });
+        }
+        if confirmed < need {
+            return Err(crate::quorum::quorum_error("subscribe", n, confirmed, errors));
         }
         chan.confirmed.store(true, Ordering::Release);
         Ok(())

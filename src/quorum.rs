@@ -211,12 +211,12 @@ impl<M: NodeOps> Drop for Partial<M> {
 /// task to the run queue and rouses an idle worker thread (measured: three
 /// extra context switches per lock + unlock on one master). A quorum has a
 /// handful of masters, so polling the unfinished ones on each wake is cheaper.
-struct Unordered<F> {
+pub(crate) struct Unordered<F> {
     futures: Vec<Option<Pin<Box<F>>>>,
 }
 
 impl<F: Future> Unordered<F> {
-    fn new(futures: impl IntoIterator<Item = F>) -> Self {
+    pub(crate) fn new(futures: impl IntoIterator<Item = F>) -> Self {
         Unordered {
             futures: futures.into_iter().map(|f| Some(Box::pin(f))).collect(),
         }
@@ -226,7 +226,7 @@ impl<F: Future> Unordered<F> {
         self.futures.iter().filter(|f| f.is_some()).count()
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.futures.iter().all(Option::is_none)
     }
 }

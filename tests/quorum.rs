@@ -547,3 +547,56 @@ async fn fair_waiters_with_different_orders_on_each_master_all_get_the_lock() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_master_does_not_hold_up_waiters() {
+    bounded(Duration::from_secs(30), async {
+        let servers = masters(3);
+        // A long per-master timeout: any wait for the stopped master shows.
+        let client = || {
+            Client::builder_for_masters(urls(&servers))
+                .command_timeout(Duration::from_secs(2))
+                .watchdog_lease(Duration::from_secs(10))
+                .build()
+        };
+        let (a, b) = (client().await.unwrap(), client().await.unwrap());
+        servers[2].pause();
+        let holder = a.lock("slowsub").unwrap().lock().await.unwrap();
+        // try_lock keeps to its wait though the stopped master never
+        // confirms the subscription.
+        let lock = b.lock("slowsub").unwrap();
+        let t = Instant::now();
+        let got = lock
+            .try_lock(Duration::from_millis(300), Lease::Watchdog)
+            .await
+            .unwrap();
+        let took = t.elapsed();
+        assert!(got.is_none());
+        assert!(took < Duration::from_millis(450), "try_lock(300 ms) took {took:?}");
+        // A waiter is woken by the unlock message of the masters that run,
+        // long before the holder's 10 s lease or the 2 s per-master timeout.
+        let waiter = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            (Instant::now(), g)
+        });
+        let subscribed = || {
+            servers[..2]
+                .iter()
+                .all(|s| s.pubsub_channels().iter().any(|c| c.contains("slowsub")))
+        };
+        assert!(eventually(Duration::from_secs(1), subscribed).await);
+        // Past the waiter's first attempts, so it sleeps on the message.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        holder.unlock().await.unwrap();
+        let (at, g) = waiter.await.unwrap();
+        assert!(
+            at - t0 < Duration::from_millis(500),
+            "woken {:?} after the unlock",
+            at - t0
+        );
+        g.unlock().await.unwrap();
+        servers[2].resume();
+    })
+    .await
+}
