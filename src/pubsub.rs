@@ -129,10 +129,7 @@ impl PubSub {
                 None => break,
             }
         }
-        if !confirms.is_empty() {
-            self.runtime
-                .spawn(async move { while confirms.next().await.is_some() {} });
-        }
+        confirms.finish_in_background();
         if confirmed < need {
             return Err(crate::quorum::quorum_error("subscribe", n, confirmed, errors));
         }

@@ -229,13 +229,25 @@ impl<F: Future> Unordered<F> {
     pub(crate) fn is_empty(&self) -> bool {
         self.futures.iter().all(Option::is_none)
     }
+
+    /// Lets the futures still running finish in a task of their own (their
+    /// outputs are dropped): the caller has what it needed from a majority.
+    pub(crate) fn finish_in_background(mut self)
+    where
+        F: Send + 'static,
+        F::Output: Send,
+    {
+        if !self.is_empty() {
+            spawn(async move { while self.next().await.is_some() {} });
+        }
+    }
 }
 
 impl<F: Future> Stream for Unordered<F> {
     type Item = F::Output;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<F::Output>> {
-        // Every field is boxed and pinned, so the vector itself may move.
+        // Every future is boxed and pinned, so the vector itself may move.
         let this = self.get_mut();
         let mut any = false;
         for slot in this.futures.iter_mut() {
@@ -548,9 +560,7 @@ pub(crate) async fn release<M: NodeOps>(
             Err(e) => errors.push(e),
         }
     }
-    if !replies.is_empty() {
-        spawn(async move { while replies.next().await.is_some() {} });
-    }
+    replies.finish_in_background();
     if not_held >= need || (done + not_held >= need && done == 0) {
         return Ok(Released::NotHeld);
     }
