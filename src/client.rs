@@ -308,11 +308,23 @@ async fn connect_master(
 
 /// Refuses a server listed twice (it would count twice toward the
 /// majority) and starts the delayed rejoin of masters that started recently.
+/// Masters that do not answer now are told apart when they come up, and do
+/// not count until then.
 async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
     let ids = futures::future::join_all(members.iter().map(|m| m.node.identity())).await;
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut later = Vec::new();
     for (i, id) in ids.into_iter().enumerate() {
-        let Ok((run_id, uptime)) = id else { continue };
+        let (run_id, uptime) = match id {
+            Ok(id) => id,
+            // Down or unreachable: checked when it comes up.
+            Err(Error::Connection { .. } | Error::Timeout { .. }) => {
+                later.push(i);
+                continue;
+            }
+            // It answered, but not INFO (an ACL, say): it cannot be checked.
+            Err(_) => continue,
+        };
         members[i].observe_uptime(uptime);
         if run_id.is_empty() {
             continue;
@@ -321,6 +333,12 @@ async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
             return Err(Error::Config(format!(
                 "masters {j} and {i} are the same server (run_id {run_id}); it would count twice toward the majority"
             )));
+        }
+    }
+    if members.len() > 1 {
+        let seen = Arc::new(parking_lot::Mutex::new(seen));
+        for i in later {
+            members[i].identify_later(seen.clone());
         }
     }
     Ok(())

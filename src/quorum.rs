@@ -608,6 +608,9 @@ pub(crate) struct Member {
     /// attempt the node timeout. The first attempt after it probes again.
     resting_until: Mutex<Option<Instant>>,
     quorum: bool,
+    /// False while the server behind this master has not been told apart
+    /// from the others (it was down at build); a duplicate stays false.
+    identified: AtomicBool,
 }
 
 /// The delayed-rejoin state of one master.
@@ -651,6 +654,7 @@ impl Member {
         Member {
             resting_until: Mutex::new(None),
             quorum,
+            identified: AtomicBool::new(true),
             node,
             index,
             rejoin: Arc::new(Rejoin {
@@ -683,6 +687,53 @@ impl Member {
     /// delay ago stays out until the delay has passed since its start.
     pub(crate) fn observe_uptime(&self, uptime: Duration) {
         self.rejoin.observe_uptime(uptime);
+    }
+
+    /// A master that was down when the client was built: it stays out of
+    /// the majority until its server answers and is found to be none of the
+    /// other masters (`seen`: run_id → master). One that is the same server
+    /// as another master never counts (it would count twice).
+    pub(crate) fn identify_later(self: &Arc<Self>, seen: Arc<Mutex<std::collections::HashMap<String, usize>>>) {
+        self.identified.store(false, Ordering::Release);
+        let member = Arc::downgrade(self);
+        spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            loop {
+                // Ends with the client.
+                let Some(m) = member.upgrade() else { return };
+                let id = m.node.identity().await;
+                if let Err(e) = &id {
+                    if !matches!(e, Error::Connection { .. } | Error::Timeout { .. }) {
+                        // It answers, but not INFO (an ACL, say): as at build,
+                        // a master that cannot be checked counts.
+                        tracing::warn!(master = m.index, error = %e, "cannot tell this master apart from the others");
+                        m.identified.store(true, Ordering::Release);
+                        return;
+                    }
+                }
+                if let Ok((run_id, uptime)) = id {
+                    m.observe_uptime(uptime);
+                    if !run_id.is_empty() {
+                        let mut seen = seen.lock();
+                        if let Some(&other) = seen.get(&run_id).filter(|&&j| j != m.index) {
+                            tracing::error!(
+                                master = m.index,
+                                same_as = other,
+                                %run_id,
+                                "this master is the same server as another one; it never counts toward the majority"
+                            );
+                            return;
+                        }
+                        seen.insert(run_id, m.index);
+                    }
+                    m.identified.store(true, Ordering::Release);
+                    return;
+                }
+                drop(m);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 
     /// Keeps the master out of the majority until its uptime was checked
@@ -762,6 +813,9 @@ impl NodeOps for Member {
     }
 
     fn counts(&self) -> bool {
+        if !self.identified.load(Ordering::Acquire) {
+            return false;
+        }
         if self.quorum {
             let mut resting = self.resting_until.lock();
             match *resting {

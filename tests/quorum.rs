@@ -600,3 +600,47 @@ async fn a_stopped_master_does_not_hold_up_waiters() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_master_that_comes_up_later_never_counts_twice() {
+    bounded(Duration::from_secs(40), async {
+        let mut servers = masters(4);
+        // Masters 3 and 4 are one server under two names, down at build.
+        servers[3].stop();
+        let p = servers[3].port;
+        let c = Client::builder_for_masters([
+            servers[0].url(),
+            servers[1].url(),
+            servers[2].url(),
+            format!("redis://127.0.0.1:{p}"),
+            format!("redis://localhost:{p}"),
+        ])
+        .command_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .expect("three of five masters are up");
+        servers[3].restart();
+        let lock = c.lock("dup").unwrap();
+        let try_once = || async { matches!(lock.try_lock(Duration::ZERO, Duration::from_secs(1)).await, Ok(Some(_))) };
+        // With master 1 stopped, a grant needs the late server: it counts.
+        servers[1].pause();
+        let mut counted = false;
+        let until = Instant::now() + Duration::from_secs(5);
+        while !counted && Instant::now() < until {
+            counted = try_once().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(counted, "the server that came up late never counted");
+        // With master 2 stopped too, only 0 and the late server run: two
+        // servers of five listed. Counted twice they would make a majority.
+        servers[2].pause();
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            assert!(!try_once().await, "a grant from two servers out of five");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        servers[1].resume();
+        servers[2].resume();
+    })
+    .await
+}
