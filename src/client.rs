@@ -318,7 +318,7 @@ async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
         let (run_id, uptime) = match id {
             Ok(id) => id,
             // Down or unreachable: checked when it comes up.
-            Err(Error::Connection { .. } | Error::Timeout { .. }) => {
+            Err(e) if e.is_outcome_unknown() => {
                 later.push(i);
                 continue;
             }

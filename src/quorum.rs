@@ -701,33 +701,34 @@ impl Member {
             loop {
                 // Ends with the client.
                 let Some(m) = member.upgrade() else { return };
-                let id = m.node.identity().await;
-                if let Err(e) = &id {
-                    if !matches!(e, Error::Connection { .. } | Error::Timeout { .. }) {
-                        // It answers, but not INFO (an ACL, say): as at build,
-                        // a master that cannot be checked counts.
+                match m.node.identity().await {
+                    Ok((run_id, uptime)) => {
+                        m.observe_uptime(uptime);
+                        if !run_id.is_empty() {
+                            let mut seen = seen.lock();
+                            if let Some(&other) = seen.get(&run_id).filter(|&&j| j != m.index) {
+                                tracing::error!(
+                                    master = m.index,
+                                    same_as = other,
+                                    %run_id,
+                                    "this master is the same server as another one; it never counts toward the majority"
+                                );
+                                return;
+                            }
+                            seen.insert(run_id, m.index);
+                        }
+                        m.identified.store(true, Ordering::Release);
+                        return;
+                    }
+                    // Still down: ask again later.
+                    Err(e) if e.is_outcome_unknown() => {}
+                    // It answers, but not INFO (an ACL, say): as at build, a
+                    // master that cannot be checked counts.
+                    Err(e) => {
                         tracing::warn!(master = m.index, error = %e, "cannot tell this master apart from the others");
                         m.identified.store(true, Ordering::Release);
                         return;
                     }
-                }
-                if let Ok((run_id, uptime)) = id {
-                    m.observe_uptime(uptime);
-                    if !run_id.is_empty() {
-                        let mut seen = seen.lock();
-                        if let Some(&other) = seen.get(&run_id).filter(|&&j| j != m.index) {
-                            tracing::error!(
-                                master = m.index,
-                                same_as = other,
-                                %run_id,
-                                "this master is the same server as another one; it never counts toward the majority"
-                            );
-                            return;
-                        }
-                        seen.insert(run_id, m.index);
-                    }
-                    m.identified.store(true, Ordering::Release);
-                    return;
                 }
                 drop(m);
                 tokio::time::sleep(pause).await;
