@@ -13,6 +13,8 @@
 -- ARGV[5]  "wait" to join the queue (or refresh the deadline there) when the
 --          lock cannot be taken now, "try" to only try
 -- ARGV[6]  prefix of the waiters' wake channels (prefix .. owner field)
+-- ARGV[7]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
+--          lock's slot), anything else for PUBLISH
 --
 -- Returns
 --   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
@@ -27,6 +29,8 @@
 -- wakes that head (its message may have been lost). KEYS[5] records a
 -- successful reply, so a replay acquires nothing more. The queue keys live
 -- 2 x the waiter timeout past the last waiter's refresh.
+
+local publish = ARGV[7] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local rec = redis.call('GET', KEYS[5])
 if rec then
@@ -103,6 +107,6 @@ if exists then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if head and head ~= ARGV[1] then
-  redis.call('PUBLISH', ARGV[6] .. head, '0')
+  redis.call(publish, ARGV[6] .. head, '0')
 end
 return {0, -3}

@@ -11,6 +11,8 @@
 -- ARGV[3]  replay-record lifetime in ms (> 0)
 -- ARGV[4]  the fencing token of the hold being released, or "" when unknown
 -- ARGV[5]  prefix of the waiters' wake channels
+-- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
+--          lock's slot), anything else for PUBLISH
 --
 -- Returns 0 released (and the live head, if any, woken), n > 0 levels left,
 -- -1 not held by this hold (nothing changed); error "WRONGTYPE <type>".
@@ -18,6 +20,8 @@
 -- Side effects: as release.lua; on the last level, waiters whose deadline
 -- passed (server TIME) are evicted before the head is chosen, so a dead
 -- waiter is never the only one told. Replays: as release.lua.
+
+local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local rec = redis.call('GET', KEYS[5])
 if rec then
@@ -63,6 +67,6 @@ if not stale.err then
 end
 local head = redis.pcall('LINDEX', KEYS[2], 0)
 if type(head) == 'string' then
-  redis.call('PUBLISH', ARGV[5] .. head, '0')
+  redis.call(publish, ARGV[5] .. head, '0')
 end
 return 0

@@ -5,6 +5,8 @@
 -- KEYS[3]  the waiter queue (fair waiters; absent for a non-fair lock)
 -- ARGV[1]  message to publish
 -- ARGV[2]  prefix of the fair waiters' wake channels
+-- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
+--          lock's slot), anything else for PUBLISH
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type>" when KEYS[1] is not a hash; nothing is deleted
@@ -12,6 +14,8 @@
 -- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], and one on the wake
 -- channel of the queue's head when there is one. The fencing-token counter
 -- and the queue are kept, so tokens keep increasing and fair order stays.
+
+local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
@@ -21,9 +25,9 @@ if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind)
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], ARGV[1])
+redis.call(publish, KEYS[2], ARGV[1])
 local head = redis.pcall('LINDEX', KEYS[3], 0)
 if type(head) == 'string' then
-  redis.call('PUBLISH', ARGV[2] .. head, ARGV[1])
+  redis.call(publish, ARGV[2] .. head, ARGV[1])
 end
 return 1

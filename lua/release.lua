@@ -10,6 +10,8 @@
 -- ARGV[3]  replay-record lifetime in ms (> 0)
 -- ARGV[4]  message to publish on KEYS[2] when the lock becomes free
 -- ARGV[5]  the fencing token of the hold being released, or "" when unknown
+-- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channel shares the
+--          lock's slot), anything else for PUBLISH
 --
 -- Returns
 --   0    released: the owner's last level was removed and the unlock was published
@@ -25,6 +27,8 @@
 -- subtracts twice. A release that freed the lock needs no record when the
 -- token is given: any later hold has a higher token, so a replay finds no
 -- matching hold and changes nothing.
+
+local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local rec = redis.call('GET', KEYS[3])
 if rec then
@@ -56,7 +60,7 @@ if count > 0 then
 end
 -- The owner's field is the only one of a non-fair lock: the key is ours.
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], ARGV[4])
+redis.call(publish, KEYS[2], ARGV[4])
 if ARGV[5] == '' then
   redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])
 end

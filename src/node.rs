@@ -105,6 +105,16 @@ impl Node {
         }
     }
 
+    /// How scripts publish unlock messages: sharded pub/sub on a cluster
+    /// (DESIGN.md §3; the channel shares the lock's slot), classic otherwise.
+    fn publish(&self) -> &'static str {
+        if self.client.is_clustered() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
     /// Runs a script with EVALSHA, falling back to EVAL on NOSCRIPT (which
     /// means the script did not run, and caches it again).
     ///
@@ -137,6 +147,13 @@ impl Node {
         argv.push((keys.len() as i64).into());
         argv.extend(keys.iter().map(|k| Value::from(*k)));
         argv.extend(args);
+        // In a cluster the call goes to the node of the keys' slot. fred
+        // ignores a custom command's `ClusterHash::Offset` and hashes the
+        // first string argument (the SHA) instead, so the slot is given.
+        let route = match keys.first() {
+            Some(k) => ClusterHash::Custom(fred::util::redis_keyslot(k.as_bytes())),
+            None => ClusterHash::Random,
+        };
         let mut backoff = Duration::from_millis(10);
         let mut use_eval = false;
         let mut attempt = 0u32;
@@ -148,9 +165,9 @@ impl Node {
             }
             let cmd = if use_eval {
                 argv[0] = script.src.into();
-                CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false)
+                CustomCommand::new_static("EVAL", route.clone(), false)
             } else {
-                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false)
+                CustomCommand::new_static("EVALSHA", route.clone(), false)
             };
             // The client's defaults are one attempt and `command_timeout`; per-call
             // options (a timer per call) only when the call needs less time.
@@ -214,6 +231,7 @@ impl Node {
                     ms(self.record_ttl).into(),
                     if enqueue { "wait" } else { "try" }.into(),
                     keys.wake_prefix.as_str().into(),
+                    self.publish().into(),
                 ],
                 self.command_timeout,
             )
@@ -243,7 +261,7 @@ impl Node {
             .run(
                 &FAIR_LEAVE,
                 &[&keys.lock, &keys.queue, &keys.timeouts],
-                vec![owner.into(), keys.wake_prefix.as_str().into()],
+                vec![owner.into(), keys.wake_prefix.as_str().into(), self.publish().into()],
                 self.command_timeout,
             )
             .await?;
@@ -275,6 +293,7 @@ impl Node {
                     ms(self.record_ttl).into(),
                     token_arg,
                     keys.wake_prefix.as_str().into(),
+                    self.publish().into(),
                 ],
                 self.command_timeout,
             )
@@ -289,6 +308,7 @@ impl Node {
                     ms(self.record_ttl).into(),
                     UNLOCK_MESSAGE.into(),
                     token_arg,
+                    self.publish().into(),
                 ],
                 self.command_timeout,
             )
@@ -360,7 +380,11 @@ impl Node {
             .run(
                 &FORCE_UNLOCK,
                 &[&keys.lock, &keys.channel, &keys.queue],
-                vec![UNLOCK_MESSAGE.into(), keys.wake_prefix.as_str().into()],
+                vec![
+                    UNLOCK_MESSAGE.into(),
+                    keys.wake_prefix.as_str().into(),
+                    self.publish().into(),
+                ],
                 self.command_timeout,
             )
             .await?;
@@ -378,10 +402,23 @@ impl Node {
         .await
     }
 
-    /// The keys matching `pattern` (SCAN; standalone servers).
+    /// The keys matching `pattern` (SCAN; in a cluster, on every primary).
     pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut cursor = "0".to_string();
         let mut out = Vec::new();
+        if self.client.is_clustered() {
+            // One connection per primary; a node's SCAN covers its slots only.
+            for server in self.client.active_connections() {
+                self.scan_on(&self.client.with_cluster_node(server), pattern, &mut out)
+                    .await?;
+            }
+        } else {
+            self.scan_on(&self.client, pattern, &mut out).await?;
+        }
+        Ok(out)
+    }
+
+    async fn scan_on(&self, on: &impl ClientLike, pattern: &str, out: &mut Vec<String>) -> Result<()> {
+        let mut cursor = "0".to_string();
         loop {
             let cmd = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
             let args: Vec<Value> = vec![
@@ -391,14 +428,13 @@ impl Node {
                 "COUNT".into(),
                 1000.into(),
             ];
-            let reply: (String, Vec<String>) = self
-                .client
+            let reply: (String, Vec<String>) = on
                 .custom(cmd, args)
                 .await
                 .map_err(|e| Error::from_redis("scan", pattern, self.command_timeout, e))?;
             out.extend(reply.1);
             if reply.0 == "0" {
-                return Ok(out);
+                return Ok(());
             }
             cursor = reply.0;
         }

@@ -140,11 +140,20 @@ impl PubSub {
     async fn subscribe_one(&self, sub: &SubscriberClient, name: &str) -> Result<()> {
         let map_err = |e| Error::from_redis("subscribe", name, self.timeout, e);
         let confirm = async {
-            sub.subscribe(name).await.map_err(map_err)?;
+            // On a cluster the scripts publish on the lock's shard
+            // (SPUBLISH), so waiters subscribe there: the connection to the
+            // node that owns the channel's slot.
+            let route = if sub.is_clustered() {
+                sub.ssubscribe(name).await.map_err(map_err)?;
+                ClusterHash::Custom(fred::util::redis_keyslot(name.as_bytes()))
+            } else {
+                sub.subscribe(name).await.map_err(map_err)?;
+                ClusterHash::Random
+            };
             // fred does not wait for the server to confirm SUBSCRIBE. A PING on
             // the same connection is answered after it, so once it returns,
             // every later unlock message reaches us.
-            let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
+            let ping = CustomCommand::new_static("PING", route, false);
             let _: Value = sub.custom(ping, Vec::<Value>::new()).await.map_err(map_err)?;
             Ok(())
         };
@@ -175,7 +184,12 @@ impl PubSub {
         if was_subscribed {
             let name = name.as_str();
             futures::future::join_all(self.subs.iter().map(|sub| async move {
-                if let Err(e) = sub.unsubscribe(name).await {
+                let done = if sub.is_clustered() {
+                    sub.sunsubscribe(name).await
+                } else {
+                    sub.unsubscribe(name).await
+                };
+                if let Err(e) = done {
                     tracing::debug!(channel = %name, error = %e, "unsubscribe failed");
                 }
             }))
@@ -198,10 +212,25 @@ impl PubSub {
             .collect();
         // Never an empty SUBSCRIBE: the server's error would be matched to an
         // unrelated command (FRED.md §3).
-        if !names.is_empty() {
-            if let Err(e) = self.subs[i].subscribe(names).await {
-                tracing::warn!(error = %e, "resubscribing after a reconnect failed; waiters fall back to lease timeouts");
+        if names.is_empty() {
+            return;
+        }
+        let sub = &self.subs[i];
+        let done = if sub.is_clustered() {
+            // One SSUBSCRIBE per channel: channels of different locks may
+            // live in different slots. Repeating one is harmless.
+            let mut done = Ok(());
+            for name in names {
+                if let Err(e) = sub.ssubscribe(name).await {
+                    done = Err(e);
+                }
             }
+            done
+        } else {
+            sub.subscribe(names).await
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "resubscribing after a reconnect failed; waiters fall back to lease timeouts");
         }
     }
 

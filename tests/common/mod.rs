@@ -197,6 +197,90 @@ impl Drop for RedisServer {
     }
 }
 
+/// A Redis Cluster of `n` primaries (no replicas), each a [`RedisServer`]
+/// started with cluster mode on, its slots split evenly. Dropping it stops
+/// every node.
+#[allow(dead_code)]
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+#[allow(dead_code)]
+impl RedisCluster {
+    pub fn start(n: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..n)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        for (i, node) in nodes.iter().enumerate() {
+            let (lo, hi) = (16384 * i / n, 16384 * (i + 1) / n - 1);
+            let r = node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
+            assert_eq!(r.as_str(), Some("OK"), "ADDSLOTSRANGE on node {i}: {r:?}");
+            if i > 0 {
+                let r = node.cmd(&["CLUSTER", "MEET", "127.0.0.1", &nodes[0].port.to_string()]);
+                assert_eq!(r.as_str(), Some("OK"), "MEET from node {i}: {r:?}");
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = nodes.iter().all(|node| {
+                let info = node.cmd(&["CLUSTER", "INFO"]);
+                let text = info.as_str().unwrap_or("").to_string();
+                text.contains("cluster_state:ok") && text.contains(&format!("cluster_known_nodes:{n}"))
+            });
+            if ready {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not form within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// A `redis-cluster://` URL naming every node as a seed.
+    pub fn url(&self) -> String {
+        let first = self.nodes[0].port;
+        let rest: Vec<String> = self.nodes[1..]
+            .iter()
+            .map(|n| format!("node=127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-cluster://127.0.0.1:{first}?{}", rest.join("&"))
+    }
+
+    /// The node serving `key`'s slot.
+    pub fn node_for(&self, key: &str) -> &RedisServer {
+        let slot = self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]).as_int().unwrap() as usize;
+        let n = self.nodes.len();
+        let i = (0..n).find(|i| slot < 16384 * (i + 1) / n).unwrap();
+        &self.nodes[i]
+    }
+
+    /// Every key matching `pattern` on every node.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.nodes.iter().flat_map(|n| n.keys(pattern)).collect()
+    }
+
+    /// Classic and sharded channels with subscribers, over every node.
+    pub fn channels(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .flat_map(|n| {
+                let mut c = n.pubsub_channels();
+                c.extend(n.cmd(&["PUBSUB", "SHARDCHANNELS"]).strings());
+                c
+            })
+            .collect()
+    }
+}
+
 /// A RESP reply.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {

@@ -414,7 +414,12 @@ async fn limits(redis: fred::clients::Client, sha: String) -> Vec<Map<String, se
             ];
             let _: Result<(), _> = p
                 .custom(
-                    CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
+                    // fred routes a custom command only by a given slot.
+                    CustomCommand::new_static(
+                        "EVALSHA",
+                        ClusterHash::Custom(fred::util::redis_keyslot(b"bench:limit")),
+                        false,
+                    ),
                     argv,
                 )
                 .await;

@@ -1,0 +1,187 @@
+//! Both locks on a real 3-primary Redis Cluster (no replicas): locks whose
+//! slots live on different nodes, wake-ups over sharded pub/sub on the
+//! lock's own node, the watchdog renewing across nodes, and `locks()`
+//! listing every node.
+#[macro_use]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bounded, eventually, Kind, RedisCluster};
+
+/// One lock name per node of `cluster`, so each test covers every node.
+fn names_on_every_node(cluster: &RedisCluster, stem: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for node in &cluster.nodes {
+        let name = (0..)
+            .map(|i| format!("{stem}-{i}"))
+            .find(|n| cluster.node_for(&format!("app:{n}")).port == node.port)
+            .unwrap();
+        names.push(name);
+    }
+    names
+}
+
+async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> lockwarden::Client {
+    lockwarden::Client::builder(&cluster.url())
+        .key_prefix("app:")
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .expect("connect to the cluster")
+}
+
+async fn excluded_and_admitted_on_every_node(kind: Kind) {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        for name in names_on_every_node(&cluster, "ex") {
+            let key = format!("app:{name}");
+            let guard = kind.of(&a, &name).lock().await.unwrap();
+            let inner = kind.of(&a, &name).lock().await.unwrap();
+            assert_eq!(guard.token(), inner.token(), "re-entry keeps the token");
+            assert_eq!(kind.of(&a, &name).hold_count().await.unwrap(), 2);
+            assert_eq!(
+                cluster.node_for(&key).keys(&key),
+                vec![key.clone()],
+                "the hash is on its slot's node"
+            );
+            assert!(
+                kind.of(&b, &name)
+                    .try_lock(Duration::ZERO, None)
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{name}: another client got in while the lock was held"
+            );
+            let first = guard.token();
+            inner.unlock().await.unwrap();
+            guard.unlock().await.unwrap();
+            let g = kind.of(&b, &name).try_lock(Duration::ZERO, None).await.unwrap();
+            let g = g.unwrap_or_else(|| panic!("{name}: not admitted after the unlock"));
+            assert!(g.token() > first, "fencing tokens increase");
+            g.unlock().await.unwrap();
+            assert!(cluster.keys(&key).is_empty(), "{name}: the hash is left behind");
+        }
+        // Every call went straight to its slot's node: no redirects.
+        for node in &cluster.nodes {
+            assert_eq!(
+                node.info_field("errorstats", "errorstat_MOVED"),
+                None,
+                "node {}",
+                node.port
+            );
+        }
+    })
+    .await
+}
+
+/// A waiter on each node is woken by the unlock message, long before the
+/// holder's 30 s lease would have ended its sleep, and the message travels on
+/// a sharded channel of the lock's own node. Nothing stays subscribed.
+async fn waiters_wake_on_sharded_messages(kind: Kind) {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        for name in names_on_every_node(&cluster, "wake") {
+            let node = cluster.node_for(&format!("app:{name}"));
+            let guard = kind.of(&a, &name).lock().await.unwrap();
+            let waiter = {
+                let lock = kind.of(&b, &name);
+                tokio::spawn(async move {
+                    let g = lock.lock().await.unwrap();
+                    let at = Instant::now();
+                    g.unlock().await.unwrap();
+                    at
+                })
+            };
+            let shard = || node.cmd(&["PUBSUB", "SHARDCHANNELS"]).strings();
+            assert!(
+                eventually(Duration::from_secs(5), || shard().len() == 1).await,
+                "{name}: no sharded subscription on the lock's node (shard channels {:?}, all {:?})",
+                shard(),
+                cluster.channels()
+            );
+            // The waiter has tried once and sleeps on the holder's lease now.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let released = Instant::now();
+            guard.unlock().await.unwrap();
+            let woke = waiter.await.unwrap();
+            assert!(
+                woke - released < Duration::from_secs(2),
+                "{name}: the waiter took {:?} after the unlock (lease 30 s): no message",
+                woke - released
+            );
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || cluster.channels().is_empty()).await,
+            "channels left subscribed: {:?}",
+            cluster.channels()
+        );
+        assert_eq!(b.waiting_channels(), 0);
+    })
+    .await
+}
+
+/// With a 1 s watchdog lease, holds on all three nodes outlive 4 leases; once
+/// released, every key is gone.
+async fn the_watchdog_renews_on_every_node(kind: Kind) {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let c = cluster_client(&cluster, Duration::from_secs(1)).await;
+        let names = names_on_every_node(&cluster, "wd");
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(kind.of(&c, name).lock().await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        for (name, g) in names.iter().zip(&guards) {
+            assert!(g.loss_reason().is_none(), "{name}: lost: {:?}", g.loss_reason());
+            let left = kind.of(&c, name).remaining_lease().await.unwrap();
+            assert!(
+                left.is_some_and(|l| l > Duration::ZERO),
+                "{name}: not held after 4 leases"
+            );
+        }
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+        assert!(
+            eventually(Duration::from_secs(2), || cluster.keys("app:*").is_empty()).await,
+            "lock hashes left: {:?}",
+            cluster.keys("app:*")
+        );
+    })
+    .await
+}
+
+/// `locks()` finds locks on every node, not just one.
+async fn locks_lists_every_node(kind: Kind) {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let c = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let names = names_on_every_node(&cluster, "ls");
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(kind.of(&c, name).lock().await.unwrap());
+        }
+        let mut listed: Vec<String> = c.locks("*").await.unwrap().into_iter().map(|s| s.name).collect();
+        listed.sort();
+        let mut want = names.clone();
+        want.sort();
+        assert_eq!(listed, want);
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+    })
+    .await
+}
+
+both_kinds!(
+    excluded_and_admitted_on_every_node,
+    waiters_wake_on_sharded_messages,
+    the_watchdog_renews_on_every_node,
+    locks_lists_every_node,
+);
