@@ -162,6 +162,16 @@ impl Error {
         if details.starts_with("Failed to route command") {
             return Error::Connection { op, message: details };
         }
+        // fred gave up writing the command again: after a cluster redirect
+        // (MOVED, ASK) the resend counts as a write attempt, and lockwarden
+        // allows one; after a broken connection the first write may have
+        // run. Either way the outcome is unknown, as for a broken connection.
+        if details.starts_with("Too many failed write attempts") {
+            return Error::Connection {
+                op,
+                message: format!("{details} (a cluster redirect or a broken connection)"),
+            };
+        }
         let kind = match e.kind() {
             K::IO | K::Canceled | K::Routing => return Error::Connection { op, message: details },
             K::Timeout => return Error::Timeout { op, timeout },
@@ -186,7 +196,7 @@ fn classify(details: &str) -> RedisErrorKind {
         "READONLY" => RedisErrorKind::ReadOnly,
         "OOM" => RedisErrorKind::OutOfMemory,
         "BUSY" | "LOADING" => RedisErrorKind::Busy,
-        "MOVED" | "ASK" | "CLUSTERDOWN" | "CROSSSLOT" => RedisErrorKind::Cluster,
+        "MOVED" | "ASK" | "CLUSTERDOWN" | "CROSSSLOT" | "TRYAGAIN" => RedisErrorKind::Cluster,
         _ => RedisErrorKind::Other,
     }
 }

@@ -7,13 +7,17 @@
 //! every waiter so it re-checks,
 //! and waiters always bound their sleep by the holder's lease, so a lost
 //! message only delays them.
+//!
+//! On a cluster the subscriptions are sharded (SSUBSCRIBE on the node that
+//! owns the channel's slot, where the scripts SPUBLISH), and
+//! [`watch_slots`] follows slots that move to another node.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use fred::clients::SubscriberClient;
-use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
+use fred::prelude::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
 use tokio::sync::broadcast::error::RecvError;
@@ -63,9 +67,25 @@ impl PubSub {
             let weak = Arc::downgrade(&ps);
             let messages = ps.subs[i].message_rx();
             let reconnects = ps.subs[i].reconnect_rx();
-            ps.runtime.spawn(listen(weak, i, messages, reconnects));
+            ps.runtime.spawn(listen(weak.clone(), i, messages, reconnects));
+            if ps.subs[i].is_clustered() {
+                ps.runtime.spawn(watch_slots(weak, i));
+            }
         }
         ps
+    }
+
+    /// The node that owns each subscribed channel's slot, as the
+    /// subscriber's routing table says.
+    fn owners(&self, i: usize, names: &[String]) -> Vec<Option<fred::types::config::Server>> {
+        let state = self.subs[i].cached_cluster_state();
+        names
+            .iter()
+            .map(|n| {
+                let slot = fred::util::redis_keyslot(n.as_bytes());
+                state.as_ref().and_then(|s| s.get_server(slot).cloned())
+            })
+            .collect()
     }
 
     /// Registers interest in `channel`. Subscribing happens in
@@ -278,6 +298,38 @@ async fn listen(
                     Err(RecvError::Closed) => return,
                 }
             }
+        }
+    }
+}
+
+/// How often a cluster subscriber re-reads the slot owners while it has
+/// waiters.
+const SLOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps sharded subscriptions on the nodes that own their slots. A primary
+/// that loses a slot (failover, resharding) drops the slot's sharded
+/// subscriptions without closing the connection, and fred learns of the new
+/// owner only when its routing table is refreshed (FRED.md §3). While
+/// channels are subscribed, this refreshes it every [`SLOT_CHECK`]; when a
+/// channel's owner changed, every channel is subscribed again (on its
+/// owner) and every waiter re-checks, as after a reconnect.
+async fn watch_slots(ps: Weak<PubSub>, index: usize) {
+    loop {
+        tokio::time::sleep(SLOT_CHECK).await;
+        let Some(ps) = ps.upgrade() else { return };
+        let names: Vec<String> = ps.channels.lock().keys().cloned().collect();
+        if names.is_empty() {
+            continue;
+        }
+        let before = ps.owners(index, &names);
+        if let Err(e) = ps.subs[index].sync_cluster().await {
+            tracing::debug!(error = %e, "refreshing the cluster's slot owners failed");
+            continue;
+        }
+        if ps.owners(index, &names) != before {
+            tracing::debug!("a subscribed channel's slot moved; subscribing again on its new owner");
+            ps.resubscribe(index).await;
+            ps.wake_all();
         }
     }
 }

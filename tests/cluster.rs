@@ -12,7 +12,7 @@ use common::{bounded, eventually, Kind, RedisCluster};
 /// One lock name per node of `cluster`, so each test covers every node.
 fn names_on_every_node(cluster: &RedisCluster, stem: &str) -> Vec<String> {
     let mut names = Vec::new();
-    for node in &cluster.nodes {
+    for node in cluster.primaries() {
         let name = (0..)
             .map(|i| format!("{stem}-{i}"))
             .find(|n| cluster.node_for(&format!("app:{n}")).port == node.port)
@@ -26,6 +26,9 @@ async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> lockwarden::
     lockwarden::Client::builder(&cluster.url())
         .key_prefix("app:")
         .watchdog_lease(lease)
+        // Fair waiters re-check every third of this: long, so that only the
+        // wake message can end a wait early.
+        .fair_waiter_timeout(Duration::from_secs(90))
         .build()
         .await
         .expect("connect to the cluster")
@@ -65,7 +68,7 @@ async fn excluded_and_admitted_on_every_node(kind: Kind) {
             assert!(cluster.keys(&key).is_empty(), "{name}: the hash is left behind");
         }
         // Every call went straight to its slot's node: no redirects.
-        for node in &cluster.nodes {
+        for node in cluster.primaries() {
             assert_eq!(
                 node.info_field("errorstats", "errorstat_MOVED"),
                 None,
@@ -179,9 +182,65 @@ async fn locks_lists_every_node(kind: Kind) {
     .await
 }
 
+/// A coordinated failover moves a lock's slot to its replica while one
+/// client holds the lock and another waits on it. The holder's unlock
+/// reaches the new primary, and the waiter, subscribed on the old one
+/// (which drops sharded subscriptions without closing the connection), is
+/// woken within seconds, not at the holder's 30 s lease. Then both clients
+/// lock and unlock on the new primary.
+async fn a_failover_keeps_locks_usable_and_waiters_woken(kind: Kind) {
+    bounded(Duration::from_secs(90), async {
+        let cluster = RedisCluster::start_with_replicas(3, true);
+        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let name = names_on_every_node(&cluster, "fo").remove(0);
+        let old = cluster.node_for(&format!("app:{name}"));
+        let guard = kind.of(&a, &name).lock().await.unwrap();
+        let first = guard.token();
+        let waiter = {
+            let lock = kind.of(&b, &name);
+            tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                (Instant::now(), g)
+            })
+        };
+        let shard = || old.cmd(&["PUBSUB", "SHARDCHANNELS"]).strings();
+        assert!(
+            eventually(Duration::from_secs(5), || shard().len() == 1).await,
+            "the waiter never subscribed"
+        );
+        let replica = cluster.nodes.iter().position(|n| n.port == old.port).unwrap() + 3;
+        cluster.failover(replica);
+        let new = &cluster.nodes[replica];
+        let released = Instant::now();
+        bounded(Duration::from_secs(10), guard.unlock()).await.unwrap();
+        let (woke, g) = waiter.await.unwrap();
+        assert!(
+            woke - released < Duration::from_secs(5),
+            "the waiter took {:?} after the unlock (lease 30 s)",
+            woke - released
+        );
+        assert!(g.token() > first, "tokens increase across the failover");
+        assert_eq!(
+            new.keys(&format!("app:{name}")).len(),
+            1,
+            "the hold is on the new primary"
+        );
+        g.unlock().await.unwrap();
+        for c in [&a, &b] {
+            let g = kind.of(c, &name).lock().await.unwrap();
+            g.unlock().await.unwrap();
+        }
+        assert!(new.keys(&format!("app:{name}")).is_empty());
+        assert_eq!(b.waiting_channels(), 0);
+    })
+    .await
+}
+
 both_kinds!(
     excluded_and_admitted_on_every_node,
     waiters_wake_on_sharded_messages,
     the_watchdog_renews_on_every_node,
     locks_lists_every_node,
+    a_failover_keeps_locks_usable_and_waiters_woken,
 );

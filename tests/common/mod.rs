@@ -202,13 +202,22 @@ impl Drop for RedisServer {
 /// every node.
 #[allow(dead_code)]
 pub struct RedisCluster {
+    /// Primaries first, then their replicas (if any) in the same order.
     pub nodes: Vec<RedisServer>,
+    primaries: usize,
 }
 
 #[allow(dead_code)]
 impl RedisCluster {
     pub fn start(n: usize) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..n)
+        Self::start_with_replicas(n, false)
+    }
+
+    /// `n` primaries and, with `replicas`, one replica of each: node
+    /// `n + i` replicates primary `i`.
+    pub fn start_with_replicas(n: usize, replicas: bool) -> RedisCluster {
+        let total = if replicas { 2 * n } else { n };
+        let nodes: Vec<RedisServer> = (0..total)
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -221,28 +230,78 @@ impl RedisCluster {
             })
             .collect();
         for (i, node) in nodes.iter().enumerate() {
-            let (lo, hi) = (16384 * i / n, 16384 * (i + 1) / n - 1);
-            let r = node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
-            assert_eq!(r.as_str(), Some("OK"), "ADDSLOTSRANGE on node {i}: {r:?}");
+            if i < n {
+                let (lo, hi) = (16384 * i / n, 16384 * (i + 1) / n - 1);
+                let r = node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
+                assert_eq!(r.as_str(), Some("OK"), "ADDSLOTSRANGE on node {i}: {r:?}");
+            }
             if i > 0 {
                 let r = node.cmd(&["CLUSTER", "MEET", "127.0.0.1", &nodes[0].port.to_string()]);
                 assert_eq!(r.as_str(), Some("OK"), "MEET from node {i}: {r:?}");
             }
         }
         let deadline = Instant::now() + Duration::from_secs(30);
+        let knows_all = |node: &RedisServer| {
+            let info = node.cmd(&["CLUSTER", "INFO"]);
+            let text = info.as_str().unwrap_or("").to_string();
+            text.contains(&format!("cluster_known_nodes:{total}"))
+        };
+        while !nodes.iter().all(knows_all) {
+            assert!(Instant::now() < deadline, "the nodes did not meet within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for i in n..total {
+            let id = nodes[i - n].cmd(&["CLUSTER", "MYID"]).as_str().unwrap().to_string();
+            let r = nodes[i].cmd(&["CLUSTER", "REPLICATE", &id]);
+            assert_eq!(r.as_str(), Some("OK"), "REPLICATE on node {i}: {r:?}");
+        }
+        let cluster = RedisCluster { nodes, primaries: n };
         loop {
-            let ready = nodes.iter().all(|node| {
+            let ok = cluster.nodes.iter().all(|node| {
                 let info = node.cmd(&["CLUSTER", "INFO"]);
-                let text = info.as_str().unwrap_or("").to_string();
-                text.contains("cluster_state:ok") && text.contains(&format!("cluster_known_nodes:{n}"))
+                info.as_str().unwrap_or("").contains("cluster_state:ok")
             });
-            if ready {
+            let synced = cluster.nodes[n..]
+                .iter()
+                .all(|r| r.info_field("replication", "master_link_status").as_deref() == Some("up"));
+            if ok && synced {
                 break;
             }
             assert!(Instant::now() < deadline, "the cluster did not form within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        RedisCluster { nodes }
+        cluster
+    }
+
+    /// Promotes node `replica` with a coordinated `CLUSTER FAILOVER` and
+    /// waits until every node sees it as the primary of its slots.
+    pub fn failover(&self, replica: usize) {
+        let r = self.nodes[replica].cmd(&["CLUSTER", "FAILOVER"]);
+        assert_eq!(r.as_str(), Some("OK"), "CLUSTER FAILOVER: {r:?}");
+        let port = self.nodes[replica].port.to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let promoted = self.nodes[replica].info_field("replication", "role").as_deref() == Some("master");
+            // CLUSTER SHARDS/SLOTS on every node name it as a slot owner.
+            let agreed = self.nodes.iter().all(|node| {
+                let slots = node.cmd(&["CLUSTER", "NODES"]);
+                slots
+                    .as_str()
+                    .unwrap_or("")
+                    .lines()
+                    .any(|l| l.contains(&format!(":{port}@")) && l.contains("master") && !l.contains("fail"))
+            });
+            if promoted && agreed {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the failover did not finish within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The primaries the cluster started with.
+    pub fn primaries(&self) -> &[RedisServer] {
+        &self.nodes[..self.primaries]
     }
 
     /// A `redis-cluster://` URL naming every node as a seed.
@@ -255,10 +314,10 @@ impl RedisCluster {
         format!("redis-cluster://127.0.0.1:{first}?{}", rest.join("&"))
     }
 
-    /// The node serving `key`'s slot.
+    /// The primary that started with `key`'s slot.
     pub fn node_for(&self, key: &str) -> &RedisServer {
         let slot = self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]).as_int().unwrap() as usize;
-        let n = self.nodes.len();
+        let n = self.primaries;
         let i = (0..n).find(|i| slot < 16384 * (i + 1) / n).unwrap();
         &self.nodes[i]
     }
@@ -352,9 +411,15 @@ impl Resp {
         has_data.then(|| self.read())
     }
 
+    /// The next reply; a broken connection reads as an `Err` reply starting
+    /// with `IO` (a node demoted by a failover drops its clients).
     fn read(&mut self) -> Reply {
         let mut line = String::new();
-        self.reader.read_line(&mut line).expect("read reply");
+        match self.reader.read_line(&mut line) {
+            Ok(0) => return Reply::Err("IO connection closed".into()),
+            Ok(_) => {}
+            Err(e) => return Reply::Err(format!("IO {e}")),
+        }
         let line = line.trim_end_matches("\r\n");
         let (kind, rest) = line.split_at(1);
         match kind {
@@ -367,7 +432,9 @@ impl Resp {
                     return Reply::Nil;
                 }
                 let mut buf = vec![0; n as usize + 2];
-                self.reader.read_exact(&mut buf).unwrap();
+                if let Err(e) = self.reader.read_exact(&mut buf) {
+                    return Reply::Err(format!("IO {e}"));
+                }
                 buf.truncate(n as usize);
                 Reply::Str(String::from_utf8_lossy(&buf).into_owned())
             }
