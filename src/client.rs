@@ -171,6 +171,7 @@ impl ClientBuilder {
 
         let connect_timeout = self.connect_timeout;
         let quorum = n > 1;
+        let sentinel_configs: Vec<Config> = configs.clone();
         let masters = futures::future::join_all(
             configs
                 .into_iter()
@@ -193,6 +194,11 @@ impl ClientBuilder {
         if up < crate::quorum::majority(n) {
             return Err(crate::quorum::quorum_error("connect", n, up, errors));
         }
+        let sentinel_watchers: Vec<_> = sentinel_configs
+            .iter()
+            .zip(clients.iter().zip(&subscribers))
+            .flat_map(|(config, (client, sub))| crate::sentinel::watch(config, client, sub, &runtime))
+            .collect();
 
         let record_ttl = (command_timeout * 4).max(Duration::from_secs(1));
         let members: Vec<Arc<Member>> = clients
@@ -241,6 +247,7 @@ impl ClientBuilder {
                 metric_lock_names: self.metric_lock_names,
             },
             runtime: runtime.clone(),
+            sentinel_watchers,
         });
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
@@ -413,6 +420,8 @@ pub(crate) struct Inner {
     pub(crate) holds: Holds,
     pub(crate) settings: Settings,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Connections to the sentinels of masters reached through Sentinel.
+    sentinel_watchers: Vec<fred::clients::SubscriberClient>,
 }
 
 static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {
@@ -445,8 +454,10 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let clients: Vec<_> = self.members.iter().map(|m| m.node.client.clone()).collect();
         let pubsub = self.pubsub.clone();
+        let watchers = std::mem::take(&mut self.sentinel_watchers);
         // Closing is async; never block in drop.
         self.spawner().spawn(async move {
+            crate::sentinel::quit(&watchers).await;
             for client in clients {
                 let _ = client.quit().await;
             }

@@ -104,6 +104,7 @@ mod observe;
 mod owner;
 mod pubsub;
 mod quorum;
+mod sentinel;
 mod status;
 mod watchdog;
 

@@ -340,6 +340,105 @@ impl RedisCluster {
     }
 }
 
+/// A Redis Sentinel (`redis-server <conf> --sentinel`) watching one master
+/// as `mymaster` with a quorum of 1, on a free loopback port. Dropping it
+/// stops it.
+#[allow(dead_code)]
+pub struct RedisSentinel {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+#[allow(dead_code)]
+impl RedisSentinel {
+    pub fn start(master: &RedisServer) -> RedisSentinel {
+        let dir = std::env::temp_dir().join(format!(
+            "lockwarden-sentinel-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let bin = std::env::var("LOCKWARDEN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        for _ in 0..5 {
+            let port = free_port();
+            // Sentinel rewrites its configuration file, so it gets its own.
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                     sentinel monitor mymaster 127.0.0.1 {} 1\n\
+                     sentinel down-after-milliseconds mymaster 2000\n\
+                     sentinel failover-timeout mymaster 10000\n",
+                    dir.display(),
+                    master.port
+                ),
+            )
+            .unwrap();
+            let Ok(child) = Command::new(&bin)
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            else {
+                continue;
+            };
+            let mut s = RedisSentinel {
+                port,
+                child: Some(child),
+                dir: dir.clone(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if s.child.as_mut().unwrap().try_wait().unwrap().is_some() {
+                    break; // port taken, most likely
+                }
+                if let Ok(mut c) = Resp::connect(port) {
+                    if c.cmd(&["PING"]).as_str() == Some("PONG") {
+                        return s;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Some(mut c) = s.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        panic!("could not start redis-server --sentinel");
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Reply {
+        Resp::connect(self.port).expect("connect to sentinel").cmd(args)
+    }
+
+    /// The URL of the master it watches, through it.
+    pub fn url(&self) -> String {
+        format!(
+            "redis-sentinel://127.0.0.1:{}/0?sentinelServiceName=mymaster",
+            self.port
+        )
+    }
+
+    /// The port of the master it currently names.
+    pub fn master_port(&self) -> Option<u16> {
+        let r = self.cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"]);
+        r.strings().get(1).and_then(|p| p.parse().ok())
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A RESP reply.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
