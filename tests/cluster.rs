@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bounded, eventually, Kind, RedisCluster};
+use common::{app_client, bounded, eventually, Kind, RedisCluster};
 
 /// One lock name per node of `cluster`, so each test covers every node.
 fn names_on_every_node(cluster: &RedisCluster, stem: &str) -> Vec<String> {
@@ -22,23 +22,11 @@ fn names_on_every_node(cluster: &RedisCluster, stem: &str) -> Vec<String> {
     names
 }
 
-async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> lockwarden::Client {
-    lockwarden::Client::builder(&cluster.url())
-        .key_prefix("app:")
-        .watchdog_lease(lease)
-        // Fair waiters re-check every third of this: long, so that only the
-        // wake message can end a wait early.
-        .fair_waiter_timeout(Duration::from_secs(90))
-        .build()
-        .await
-        .expect("connect to the cluster")
-}
-
 async fn excluded_and_admitted_on_every_node(kind: Kind) {
     bounded(Duration::from_secs(60), async {
         let cluster = RedisCluster::start(3);
-        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
-        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
         for name in names_on_every_node(&cluster, "ex") {
             let key = format!("app:{name}");
             let guard = kind.of(&a, &name).lock().await.unwrap();
@@ -86,8 +74,8 @@ async fn excluded_and_admitted_on_every_node(kind: Kind) {
 async fn waiters_wake_on_sharded_messages(kind: Kind) {
     bounded(Duration::from_secs(60), async {
         let cluster = RedisCluster::start(3);
-        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
-        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
         for name in names_on_every_node(&cluster, "wake") {
             let node = cluster.node_for(&format!("app:{name}"));
             let guard = kind.of(&a, &name).lock().await.unwrap();
@@ -133,7 +121,7 @@ async fn waiters_wake_on_sharded_messages(kind: Kind) {
 async fn the_watchdog_renews_on_every_node(kind: Kind) {
     bounded(Duration::from_secs(60), async {
         let cluster = RedisCluster::start(3);
-        let c = cluster_client(&cluster, Duration::from_secs(1)).await;
+        let c = app_client(&cluster.url(), Duration::from_secs(1)).await;
         let names = names_on_every_node(&cluster, "wd");
         let mut guards = Vec::new();
         for name in &names {
@@ -164,7 +152,7 @@ async fn the_watchdog_renews_on_every_node(kind: Kind) {
 async fn locks_lists_every_node(kind: Kind) {
     bounded(Duration::from_secs(60), async {
         let cluster = RedisCluster::start(3);
-        let c = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let c = app_client(&cluster.url(), Duration::from_secs(30)).await;
         let names = names_on_every_node(&cluster, "ls");
         let mut guards = Vec::new();
         for name in &names {
@@ -191,8 +179,8 @@ async fn locks_lists_every_node(kind: Kind) {
 async fn a_failover_keeps_locks_usable_and_waiters_woken(kind: Kind) {
     bounded(Duration::from_secs(90), async {
         let cluster = RedisCluster::start_with_replicas(3, true);
-        let a = cluster_client(&cluster, Duration::from_secs(30)).await;
-        let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
         let name = names_on_every_node(&cluster, "fo").remove(0);
         let old = cluster.node_for(&format!("app:{name}"));
         let guard = kind.of(&a, &name).lock().await.unwrap();

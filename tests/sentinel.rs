@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bounded, eventually, Kind, RedisSentinel, RedisServer};
+use common::{app_client, bounded, eventually, Kind, RedisSentinel, RedisServer};
 
 struct Setup {
     master: RedisServer,
@@ -40,24 +40,14 @@ async fn setup() -> Setup {
     }
 }
 
-async fn sentinel_client(s: &Setup) -> lockwarden::Client {
-    lockwarden::Client::builder(&s.sentinel.url())
-        .key_prefix("app:")
-        .watchdog_lease(Duration::from_secs(30))
-        .fair_waiter_timeout(Duration::from_secs(90))
-        .build()
-        .await
-        .expect("connect through the sentinel")
-}
-
 /// After `SENTINEL FAILOVER`, new locks land on the new master within a few
 /// seconds; a lock held across the failover is released on it and its
 /// waiter, subscribed on the old master, gets the lock.
 async fn a_failover_moves_the_client_to_the_new_master(kind: Kind) {
     bounded(Duration::from_secs(90), async {
         let s = setup().await;
-        let a = sentinel_client(&s).await;
-        let b = sentinel_client(&s).await;
+        let a = app_client(&s.sentinel.url(), Duration::from_secs(30)).await;
+        let b = app_client(&s.sentinel.url(), Duration::from_secs(30)).await;
         let g = kind.of(&a, "before").lock().await.unwrap();
         assert_eq!(s.master.keys("app:before").len(), 1, "locks start on the master");
         g.unlock().await.unwrap();

@@ -654,6 +654,20 @@ pub async fn client(server_url: &str, lease: Duration) -> lockwarden::Client {
         .expect("connect client")
 }
 
+/// A client for the deployment tests (cluster, sentinel): key prefix
+/// `app:`, a watchdog lease of `lease`, and fair waiters that re-check only
+/// every 30 s, so that only a wake message can end a wait early.
+#[allow(dead_code)]
+pub async fn app_client(url: &str, lease: Duration) -> lockwarden::Client {
+    lockwarden::Client::builder(url)
+        .key_prefix("app:")
+        .watchdog_lease(lease)
+        .fair_waiter_timeout(Duration::from_secs(90))
+        .build()
+        .await
+        .expect("connect client")
+}
+
 /// Which lock a shared scenario runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
