@@ -48,7 +48,10 @@ pub enum Error {
     /// The client configuration is invalid (bad URL, bad combination of settings).
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// Redis could not be reached, or the connection broke mid-call.
+    /// Redis could not be reached, the connection broke mid-call, or the
+    /// command could not be sent again after a cluster redirect. Whether a
+    /// script that was sent ran is unknown; lockwarden's own retries are
+    /// safe to repeat (request records).
     #[error("redis connection failed during {op}: {message}")]
     Connection {
         /// The operation that failed.
