@@ -10,7 +10,7 @@ use fred::prelude::{Client as FredClient, ClientLike, HashesInterface, KeysInter
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
-use crate::error::{Error, RedisErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 
 /// A Lua script from `lua/` with its SHA1.
@@ -195,27 +195,14 @@ impl Node {
                 Err(e) => {
                     let err = Error::from_redis(script.op, keys.first().copied().unwrap_or(""), timeout, e);
                     let left = deadline.saturating_duration_since(Instant::now());
-                    // A cluster mid-failover or resharding refuses without
-                    // running the script: a demoted primary says READONLY, a
-                    // node that lost the slot MOVED (fred follows it once,
-                    // with its routing table refreshed).
-                    let refused_for_now = matches!(
-                        err,
-                        Error::Redis {
-                            kind: RedisErrorKind::Cluster | RedisErrorKind::ReadOnly,
-                            ..
-                        }
-                    ) && self.client.is_clustered();
-                    let broken = matches!(err, Error::Connection { .. });
-                    if !(broken || refused_for_now) || left <= backoff {
+                    if !matches!(err, Error::Connection { .. }) || left <= backoff {
                         return Err(err);
                     }
-                    if broken {
-                        tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
-                        resent = true;
-                    } else {
-                        tracing::debug!(op = script.op, error = %err, "the cluster is moving the slot, trying the same request again");
-                    }
+                    // On a cluster this is also a MOVED that fred followed
+                    // once and then gave up on (one attempt): the same
+                    // request goes again, now to the slot's new owner.
+                    tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
+                    resent = true;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(200));
                 }

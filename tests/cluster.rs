@@ -225,10 +225,63 @@ async fn a_failover_keeps_locks_usable_and_waiters_woken(kind: Kind) {
     .await
 }
 
+/// A lock's primary dies; its replica is elected after the node timeout
+/// (2 s). The hold, replicated before the kill, survives on the new
+/// primary: the watchdog renews it there, the holder unlocks it there, and
+/// the waiter gets it.
+async fn a_killed_primary_is_replaced_and_the_hold_survives(kind: Kind) {
+    bounded(Duration::from_secs(90), async {
+        let mut cluster = RedisCluster::start_with_replicas(3, true);
+        let a = app_client(&cluster.url(), Duration::from_secs(6)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(6)).await;
+        let name = names_on_every_node(&cluster, "kill").remove(0);
+        let key = format!("app:{name}");
+        let primary = cluster
+            .nodes
+            .iter()
+            .position(|n| n.port == cluster.node_for(&key).port)
+            .unwrap();
+        let replica = primary + 3;
+        let guard = kind.of(&a, &name).lock().await.unwrap();
+        assert!(eventually(Duration::from_secs(5), || cluster.nodes[replica].keys(&key).len() == 1).await);
+        let waiter = {
+            let lock = kind.of(&b, &name);
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        assert!(eventually(Duration::from_secs(5), || b.waiting_channels() == 1).await);
+        cluster.nodes[primary].kill();
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                cluster.nodes[replica].info_field("replication", "role").as_deref() == Some("master")
+            })
+            .await,
+            "the replica was never elected"
+        );
+        // Two renewal periods on the new primary.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(guard.loss_reason(), None, "the hold was lost across the failover");
+        let left = cluster.nodes[replica].cmd(&["PTTL", &key]).as_int().unwrap();
+        assert!(
+            left > 4000,
+            "the watchdog did not renew on the new primary (pttl {left} ms)"
+        );
+        bounded(Duration::from_secs(10), guard.unlock()).await.unwrap();
+        let g = bounded(Duration::from_secs(10), waiter).await.unwrap();
+        assert_eq!(
+            cluster.nodes[replica].keys(&key).len(),
+            1,
+            "the waiter holds it on the new primary"
+        );
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
 both_kinds!(
     excluded_and_admitted_on_every_node,
     waiters_wake_on_sharded_messages,
     the_watchdog_renews_on_every_node,
     locks_lists_every_node,
     a_failover_keeps_locks_usable_and_waiters_woken,
+    a_killed_primary_is_replaced_and_the_hold_survives,
 );
