@@ -248,7 +248,13 @@ async fn a_killed_primary_is_replaced_and_the_hold_survives(kind: Kind) {
             let lock = kind.of(&b, &name);
             tokio::spawn(async move { lock.lock().await.unwrap() })
         };
-        assert!(eventually(Duration::from_secs(5), || b.waiting_channels() == 1).await);
+        // Subscribed on the server, not only registered: a kill in the
+        // middle of subscribing fails the waiter's lock() instead.
+        assert!(
+            eventually(Duration::from_secs(5), || b.waiting_channels() == 1
+                && !cluster.channels().is_empty())
+            .await
+        );
         cluster.nodes[primary].kill();
         assert!(
             eventually(Duration::from_secs(30), || {
