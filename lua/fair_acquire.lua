@@ -5,6 +5,8 @@
 -- KEYS[3]  the waiter deadlines (sorted set: owner field -> server ms)
 -- KEYS[4]  the lock's fencing-token counter (a string, never given a TTL)
 -- KEYS[5]  this request's replay record (lives ARGV[4] ms)
+-- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
+--          <record ms> <request id>", see fair_release.lua)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  waiter timeout in ms: a queued waiter that has not refreshed its
@@ -15,6 +17,9 @@
 -- ARGV[6]  prefix of the waiters' wake channels (prefix .. owner field)
 -- ARGV[7]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
+-- ARGV[8]  with "wait": this waiter's grant ask ("<lease ms> <record ms>
+--          <request id>", the id of KEYS[5]), stored so an unlock can hand
+--          the lock straight to it; "" for no direct grant (a quorum)
 --
 -- Returns
 --   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
@@ -27,14 +32,26 @@
 -- queue is empty or headed by this owner (no barging), which also removes
 -- the owner from the queue. A free lock with another waiter at the head
 -- wakes that head (its message may have been lost). KEYS[5] records a
--- successful reply, so a replay acquires nothing more. The queue keys live
--- 2 x the waiter timeout past the last waiter's refresh.
+-- successful reply, so a replay acquires nothing more. A record that an
+-- unlock wrote when it granted the lock to this waiter ("<token>:1:g")
+-- also sets the lease to ARGV[2] (never shortening) while the grant's hold
+-- is still there. The queue keys live 2 x the waiter timeout past the last
+-- waiter's refresh. A record a leaving waiter marked "left" answers
+-- {0, -3}.
 
 local publish = ARGV[7] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local rec = redis.call('GET', KEYS[5])
 if rec then
-  local token, count = string.match(rec, '^(%d+):(%d+)$')
+  if rec == 'left' then
+    -- A grant this wait gave back when it left the queue (fair_leave.lua).
+    return {0, -3}
+  end
+  local token, count, granted = string.match(rec, '^(%d+):(%d+)(:?g?)$')
+  if granted == ':g' and redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1
+      and redis.call('GET', KEYS[4]) == token then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  end
   return {1, tonumber(token), tonumber(count)}
 end
 
@@ -52,6 +69,7 @@ if type(head) == 'table' and head.err then return wrongtype(KEYS[2]) end
 for _, id in ipairs(stale) do
   redis.call('LREM', KEYS[2], 0, id)
   redis.call('ZREM', KEYS[3], id)
+  redis.pcall('HDEL', KEYS[6], id)
 end
 if #stale > 0 then
   head = redis.call('LINDEX', KEYS[2], 0)
@@ -68,6 +86,7 @@ if not exists then
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])
+      redis.pcall('HDEL', KEYS[6], ARGV[1])
     end
     redis.call('HSET', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -92,6 +111,14 @@ if ARGV[5] == 'wait' then
   local deadline = now + tonumber(ARGV[3])
   -- ZADD counts only new members: a refresh just moves the deadline, a
   -- newcomer also joins the end of the queue.
+  -- Written at every attempt: the ask names this wait's request, never an
+  -- earlier wait's of the same owner.
+  if ARGV[8] ~= '' then
+    if type(redis.pcall('HSET', KEYS[6], ARGV[1], ARGV[8])) == 'table' then
+      return wrongtype(KEYS[6])
+    end
+    redis.call('PEXPIRE', KEYS[6], 2 * tonumber(ARGV[3]))
+  end
   if redis.call('ZADD', KEYS[3], deadline, ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[2], ARGV[1])
     if not head then

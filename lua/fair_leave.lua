@@ -3,15 +3,25 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiter queue
 -- KEYS[3]  the waiter deadlines
+-- KEYS[4]  the lock's fencing-token counter
+-- KEYS[5]  the waiters' grant asks (see fair_release.lua)
+-- KEYS[6]  optional: the request record of the wait that gives up (its
+--          ask's request id)
 -- ARGV[1]  owner field of the waiter
 -- ARGV[2]  prefix of the waiters' wake channels
 -- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
 --
--- Returns 1 when the waiter was queued, 0 when it was not. Idempotent.
+-- Returns 1 when the waiter was queued or held an unclaimed grant, 0 when
+-- neither. Idempotent.
 --
--- Side effects: LREM and ZREM of the waiter. When it was the head and the
--- lock is free, the new head is woken so the lock does not sit idle.
+-- Side effects: LREM, ZREM and HDEL (ask) of the waiter. An unlock may have
+-- granted the lock to this wait (KEYS[6] says "<token>:1:g") without the
+-- waiter learning of it: while that hold is still the lock's latest
+-- (token), one level of it is given back, and the record becomes "left"
+-- so neither a second leave nor a replayed attempt counts it again. When
+-- the waiter was the head, or its grant freed the lock, and the lock is
+-- free, the new head is woken so the lock does not sit idle.
 
 local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
@@ -21,7 +31,26 @@ if type(head) == 'table' then
 end
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.pcall('ZREM', KEYS[3], ARGV[1])
-if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+redis.pcall('HDEL', KEYS[5], ARGV[1])
+local freed = false
+if KEYS[6] then
+  local rec = redis.call('GET', KEYS[6])
+  local token = rec and string.match(rec, '^(%d+):1:g$')
+  if token and redis.call('GET', KEYS[4]) == token then
+    local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+    if type(count) == 'string' then
+      redis.call('SET', KEYS[6], 'left', 'KEEPTTL')
+      removed = removed + 1
+      if tonumber(count) > 1 then
+        redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+      else
+        redis.call('DEL', KEYS[1])
+        freed = true
+      end
+    end
+  end
+end
+if (freed or head == ARGV[1]) and redis.call('EXISTS', KEYS[1]) == 0 then
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
     redis.call(publish, ARGV[2] .. next, '0')

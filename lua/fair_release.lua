@@ -6,6 +6,8 @@
 -- KEYS[3]  the waiter deadlines
 -- KEYS[4]  the lock's fencing-token counter
 -- KEYS[5]  this request's replay record (lives ARGV[3] ms)
+-- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
+--          <record ms> <request id>", written by fair_acquire.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 -- ARGV[3]  replay-record lifetime in ms (> 0)
@@ -13,13 +15,27 @@
 -- ARGV[5]  prefix of the waiters' wake channels
 -- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
+-- ARGV[7]  prefix of the request records (the head's record key is ARGV[7]
+--          followed by the request id of its ask; same hash tag, so the
+--          same cluster slot as KEYS)
 --
--- Returns 0 released (and the live head, if any, woken), n > 0 levels left,
--- -1 not held by this hold (nothing changed); error "WRONGTYPE <type>".
+-- Returns 0 released (and the live head, if any, woken or granted), n > 0
+-- levels left, -1 not held by this hold (nothing changed); error
+-- "WRONGTYPE <type>".
 --
 -- Side effects: as release.lua; on the last level, waiters whose deadline
 -- passed (server TIME) are evicted before the head is chosen, so a dead
 -- waiter is never the only one told. Replays: as release.lua.
+--
+-- Direct grant: when the live head left an ask, the lock goes to it here,
+-- as fair_acquire.lua would give it (new token, count 1, out of the
+-- queue), with a lease of min(its asked lease, its deadline - now): a
+-- grantee that died since its last refresh blocks the queue no longer than
+-- its eviction would have. Its request record says "<token>:1:g", so its
+-- next attempt (if the message is lost) returns the grant and sets its full
+-- lease. The message "g <token> <lease ms> <request id>" tells the waiter
+-- it holds the lock. A head without an ask gets "0" and takes the lock with
+-- fair_acquire.lua.
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
@@ -63,10 +79,32 @@ if not stale.err then
   for _, id in ipairs(stale) do
     redis.call('LREM', KEYS[2], 0, id)
     redis.call('ZREM', KEYS[3], id)
+    redis.pcall('HDEL', KEYS[6], id)
   end
 end
 local head = redis.pcall('LINDEX', KEYS[2], 0)
-if type(head) == 'string' then
-  redis.call(publish, ARGV[5] .. head, '0')
+if type(head) ~= 'string' then
+  return 0
 end
+local ask = redis.pcall('HGET', KEYS[6], head)
+local deadline = redis.pcall('ZSCORE', KEYS[3], head)
+local lease, keep, id
+if type(ask) == 'string' then
+  lease, keep, id = string.match(ask, '^(%d+) (%d+) (%S+)$')
+end
+if lease and type(deadline) == 'string' and tonumber(deadline) > now then
+  local token = redis.pcall('INCR', KEYS[4])
+  if type(token) == 'number' then
+    local ms = math.min(tonumber(lease), tonumber(deadline) - now)
+    redis.call('LPOP', KEYS[2])
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[6], head)
+    redis.call('HSET', KEYS[1], head, 1)
+    redis.call('PEXPIRE', KEYS[1], ms)
+    redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', math.max(tonumber(keep), ms))
+    redis.call(publish, ARGV[5] .. head, 'g ' .. token .. ' ' .. ms .. ' ' .. id)
+    return 0
+  end
+end
+redis.call(publish, ARGV[5] .. head, '0')
 return 0

@@ -57,6 +57,10 @@ impl LockGuard {
         }
     }
 
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
     /// The fencing token of this hold: strictly greater than every token
     /// handed out before for this lock, and the same for every re-entry of
     /// the hold. Pass it to the resource you protect and have it reject

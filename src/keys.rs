@@ -11,6 +11,7 @@
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
 //! | fair lock: waiter queue (list) | `lockwarden:{PN}:queue` |
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
+//! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
 //! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<owner-field>` |
 //!
 //! When `PN` already contains a hash tag (`orders{eu}`), braces are not
@@ -40,6 +41,8 @@ pub(crate) struct LockKeys {
     pub req_prefix: String,
     pub queue: String,
     pub timeouts: String,
+    /// Queued waiter -> "<lease ms> <record ms> <request id>" (fair_release.lua).
+    pub asks: String,
     /// `lockwarden:{PN}:wake:`; an owner field is appended.
     pub wake_prefix: String,
     /// Whether this handle uses the fair (FIFO) scripts.
@@ -77,6 +80,7 @@ impl LockKeys {
             req_prefix: format!("{base}:req:"),
             queue: format!("{base}:queue"),
             timeouts: format!("{base}:timeouts"),
+            asks: format!("{base}:asks"),
             wake_prefix: format!("{base}:wake:"),
             fair: false,
         })
@@ -140,6 +144,7 @@ mod tests {
             assert_eq!(slot(&k.lock), slot(&format!("{}abc", k.req_prefix)), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&k.queue), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&k.timeouts), "{k:?}");
+            assert_eq!(slot(&k.lock), slot(&k.asks), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&format!("{}u:1", k.wake_prefix)), "{k:?}");
         }
     }

@@ -458,17 +458,29 @@ impl Lock {
         // attempt, so its position is the order it asked in. From then on,
         // every way out without the lock leaves the queue.
         let will_wait = wait != Some(Duration::ZERO);
+        // On one master a queued fair waiter asks for direct grants: an
+        // unlock hands it the lock and says so in the wake message, which
+        // saves the waiter's acquire round trip. Every attempt of the wait
+        // then carries the same request id, whose record an unlock fills
+        // with the grant (so a lost message only delays). No record exists
+        // before a success, so re-using the id across attempts is safe.
+        let request = (fair && will_wait && self.inner.members.len() == 1).then(crate::client::fresh_request_id);
         let mut queued = QueueExit {
             lock: self,
             owner: &pin.owner.field,
+            request: request.as_deref(),
             armed: fair && will_wait,
         };
         // First attempt without subscribing: the uncontended path is a
         // single script call.
-        if let Ok(guard) = self.attempt(&pin, lease, will_wait).await? {
-            queued.armed = false; // taking the lock removed us from the queue
-            return Ok(Some(guard));
-        }
+        let first_sent = Instant::now();
+        let first_pttl = match self.attempt(&pin, lease, will_wait, request.as_deref()).await? {
+            Ok(guard) => {
+                queued.armed = false; // taking the lock removed us from the queue
+                return Ok(Some(guard));
+            }
+            Err((pttl, _)) => pttl,
+        };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             queued.leave_now().await;
             return Ok(None);
@@ -499,6 +511,8 @@ impl Lock {
         let mut queued_backoff = Duration::from_millis(10);
         let mut split_backoff = Duration::from_millis(5);
         let _waiting = crate::observe::Waiting::enter(&self.inner.uuid);
+        let mut sent_at = first_sent;
+        let mut first = true;
         loop {
             // Registered before the attempt: an unlock landing between the
             // attempt and the sleep still wakes us. (The first attempt above
@@ -507,12 +521,26 @@ impl Lock {
             tokio::pin!(notified);
             notified.as_mut().enable();
             queued.armed = fair;
-            let (pttl, split) = match self.attempt(&pin, lease, true).await? {
-                Ok(guard) => {
-                    queued.armed = false; // taking the lock removed us from the queue
-                    return Ok(Some(guard));
+            // A waiter asking for grants first checks cheaply whether the
+            // lock was freed or granted to it before it subscribed; if
+            // neither, its queued place and its first attempt's answer stand
+            // (a later grant arrives as a message, or in the record).
+            let unchanged = match (first, request.as_deref()) {
+                (true, Some(id)) => !self.inner.first().worth_an_attempt(&self.keys, id).await?,
+                _ => false,
+            };
+            first = false;
+            let (pttl, split) = if unchanged {
+                (first_pttl, false)
+            } else {
+                sent_at = Instant::now();
+                match self.attempt(&pin, lease, true, request.as_deref()).await? {
+                    Ok(guard) => {
+                        queued.armed = false; // taking the lock removed us from the queue
+                        return Ok(Some(guard));
+                    }
+                    Err(p) => p,
                 }
-                Err(p) => p,
             };
             let mut sleep = sleep_hint(pttl);
             if split {
@@ -553,6 +581,15 @@ impl Lock {
             tokio::select! {
                 _ = notified => {
                     crate::observe::wakeup(self.labels(), "pubsub");
+                    let granted = match (&request, interest.take_grant()) {
+                        (Some(id), Some(msg)) => self.claim_grant(&pin, lease, &msg, id, sent_at),
+                        _ => None,
+                    };
+                    if let Some(guard) = granted {
+                        queued.armed = false; // the grant removed us from the queue
+                        tracing::trace!("granted the lock by an unlock");
+                        return Ok(Some(guard));
+                    }
                     tracing::trace!("woken by an unlock message");
                 }
                 _ = tokio::time::sleep(sleep) => {
@@ -563,9 +600,101 @@ impl Lock {
         }
     }
 
+    /// The guard for a direct grant (DESIGN.md §7 and fair_release.lua),
+    /// when `msg` ("g <token> <lease ms> <request id>") names this wait's
+    /// `request`. The grant happened after the attempt sent at `sent_at`
+    /// (else that attempt would have returned it), so its lease is counted
+    /// from there. A grant's lease is at most the waiter's queue deadline,
+    /// so a grantee that died blocks the queue no longer than its eviction
+    /// would; a third of the way into it, a hold still held gets its own
+    /// lease (as a renewal would). Short holds never need that call.
+    fn claim_grant(
+        &self,
+        pin: &OwnerPin,
+        lease: Lease,
+        msg: &str,
+        request: &str,
+        sent_at: Instant,
+    ) -> Option<LockGuard> {
+        let mut parts = msg.split(' ');
+        let (Some("g"), Some(token), Some(ms), Some(id), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let (Ok(token), Ok(ms)) = (token.parse::<u64>(), ms.parse::<u64>()) else {
+            return None;
+        };
+        if id != request {
+            return None; // an earlier wait's grant, already settled by it
+        }
+        let granted = Duration::from_millis(ms);
+        let grant = crate::quorum::Grant {
+            token,
+            depth: 1,
+            node_tokens: vec![Some(token)],
+            sent_at,
+            valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
+        };
+        let guard = LockGuard::new(self.inner.clone(), self.keys.clone(), pin.duplicate(), &grant, lease);
+        // Where the hold's own lease ends: the watchdog's runs from the
+        // extension, a fixed one from the acquisition.
+        let end = match lease {
+            Lease::Watchdog if self.inner.settings.watchdog_lease > granted => None,
+            Lease::Fixed(d) if d > granted => Some(sent_at + d),
+            _ => return Some(guard),
+        };
+        self.extend_grant(guard.hold().clone(), sent_at + granted / 3, end);
+        Some(guard)
+    }
+
+    /// At `at`, if the granted `hold` is still held, sets its lease (never
+    /// shortening) to run until `end` (`None`: a full watchdog lease), and
+    /// moves its validity on when confirmed. A hold found gone is lost.
+    fn extend_grant(&self, hold: Arc<crate::watchdog::Hold>, at: Instant, end: Option<Instant>) {
+        let inner = self.inner.clone();
+        let lock = self.keys.lock.clone();
+        self.inner.spawner().spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let held = |inner: &Inner| {
+                hold.lost_reason().is_none()
+                    && inner
+                        .holds
+                        .find(&lock, &hold.owner_field)
+                        .is_some_and(|h| Arc::ptr_eq(&h, &hold))
+            };
+            if !held(&inner) {
+                return; // released (or lost) already
+            }
+            let sent = Instant::now();
+            let lease = match end {
+                None => inner.settings.watchdog_lease,
+                Some(end) => end.saturating_duration_since(sent),
+            };
+            if lease.is_zero() {
+                return;
+            }
+            let timeout = inner.settings.command_timeout;
+            match inner.first().renew(&[(&lock, &hold.owner_field)], lease, timeout).await {
+                Ok(flags) if flags.first() == Some(&true) => {
+                    hold.extend(sent + lease.saturating_sub(crate::quorum::drift(lease)))
+                }
+                Ok(_) => {
+                    if held(&inner) {
+                        hold.mark_lost(crate::watchdog::LossReason::Gone);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %lock, error = %e, "setting a granted hold's lease failed; its validity ends with the grant's")
+                }
+            }
+        });
+    }
+
     /// One acquire attempt on every master (`enqueue`: a fair waiter joins
     /// or refreshes its place in the queue). Returns the guard, or the
     /// holders' smallest PTTL and whether masters split between contenders.
+    /// `request` is the wait's id when it asks for direct grants.
     ///
     /// Cancel safe: levels granted anywhere are released in the background if
     /// this future is dropped, and requests whose reply was lost are settled
@@ -575,12 +704,13 @@ impl Lock {
         pin: &OwnerPin,
         lease: Lease,
         enqueue: bool,
+        grant_to: Option<&str>,
     ) -> Result<std::result::Result<LockGuard, (i64, bool)>> {
         let lease_d = match lease {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = crate::client::fresh_request_id();
+        let request = grant_to.map_or_else(crate::client::fresh_request_id, str::to_owned);
         let known = self
             .inner
             .holds
@@ -593,6 +723,7 @@ impl Lock {
             lease: lease_d,
             request: &request,
             enqueue,
+            grant: grant_to.is_some(),
             known,
         };
         let reply = crate::quorum::acquire(&self.inner.members, &ask).await;
@@ -621,15 +752,16 @@ impl Lock {
             if t.is_none() {
                 let (m, keys, owner) = (self.inner.members[i].clone(), self.keys.clone(), owner.clone());
                 self.inner.spawner().spawn(async move {
-                    let _ = m.node.leave(&keys, &owner).await;
+                    let _ = m.node.leave(&keys, &owner, None).await;
                 });
             }
         }
     }
 
     /// Leaves the queue on every master; fine when a majority confirmed.
-    async fn leave_all(&self, owner: &str) -> Result<()> {
-        self.each("leave", |node| node.leave(&self.keys, owner))
+    /// `request`: the wait's id, when it asked for direct grants.
+    async fn leave_all(&self, owner: &str, request: Option<&str>) -> Result<()> {
+        self.each("leave", |node| node.leave(&self.keys, owner, request))
             .await
             .map(|_| ())
     }
@@ -638,9 +770,12 @@ impl Lock {
 /// A fair waiter's place in the queue. Dropped while armed (the waiting
 /// future cancelled, or an error), it leaves the queue in the background at
 /// once, re-sending until the server answers (leaving is idempotent).
+/// A wait that asked for direct grants also gives back a grant it never
+/// learned of.
 struct QueueExit<'a> {
     lock: &'a Lock,
     owner: &'a Arc<str>,
+    request: Option<&'a str>,
     armed: bool,
 }
 
@@ -650,7 +785,7 @@ impl QueueExit<'_> {
         if !self.armed {
             return;
         }
-        if self.lock.leave_all(self.owner).await.is_ok() {
+        if self.lock.leave_all(self.owner, self.request).await.is_ok() {
             self.armed = false;
         }
     }
@@ -661,11 +796,11 @@ impl Drop for QueueExit<'_> {
         if !self.armed {
             return;
         }
-        let (lock, owner) = (self.lock.clone(), self.owner.clone());
+        let (lock, owner, request) = (self.lock.clone(), self.owner.clone(), self.request.map(str::to_owned));
         lock.inner.spawner().spawn(async move {
             let give_up = Instant::now() + lock.inner.first().waiter_timeout;
             let mut pause = Duration::from_millis(50);
-            while let Err(e) = lock.leave_all(&owner).await {
+            while let Err(e) = lock.leave_all(&owner, request.as_deref()).await {
                 if Instant::now() + pause >= give_up {
                     // The waiter timeout evicts it anyway.
                     tracing::debug!(lock = %lock.keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");

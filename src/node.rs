@@ -213,7 +213,9 @@ impl Node {
     /// One acquire attempt for `owner` with a lease of `lease`. `request`
     /// identifies the logical attempt: a replay of it acquires nothing more.
     /// For a fair lock, `enqueue` joins the queue (or refreshes the
-    /// deadline there) when the lock cannot be taken now.
+    /// deadline there) when the lock cannot be taken now, and `grant` also
+    /// leaves an ask so an unlock may hand the lock straight to this waiter
+    /// (its request record then holds the grant; see fair_release.lua).
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -221,12 +223,18 @@ impl Node {
         lease: Duration,
         request: &str,
         enqueue: bool,
+        grant: bool,
     ) -> Result<AcquireReply> {
         let rec = format!("{}{request}", keys.req_prefix);
         let reply: Vec<i64> = if keys.fair {
+            let ask = if enqueue && grant {
+                format!("{} {} {request}", ms(lease), ms(self.record_ttl))
+            } else {
+                String::new()
+            };
             self.run(
                 &FAIR_ACQUIRE,
-                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec],
+                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec, &keys.asks],
                 vec![
                     owner.into(),
                     ms(lease).into(),
@@ -235,6 +243,7 @@ impl Node {
                     if enqueue { "wait" } else { "try" }.into(),
                     keys.wake_prefix.as_str().into(),
                     self.publish().into(),
+                    ask.into(),
                 ],
                 self.command_timeout,
             )
@@ -258,12 +267,17 @@ impl Node {
         }
     }
 
-    /// A fair waiter leaves the queue (idempotent).
-    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str) -> Result<()> {
+    /// A fair waiter leaves the queue (idempotent). `request` is the wait's
+    /// request id when it asked for direct grants: a grant made to it that
+    /// it never learned of is given back.
+    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
+        let rec = request.map(|r| format!("{}{r}", keys.req_prefix));
+        let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
+        key_list.extend(rec.as_deref());
         let _: i64 = self
             .run(
                 &FAIR_LEAVE,
-                &[&keys.lock, &keys.queue, &keys.timeouts],
+                &key_list,
                 vec![owner.into(), keys.wake_prefix.as_str().into(), self.publish().into()],
                 self.command_timeout,
             )
@@ -289,7 +303,7 @@ impl Node {
         let (reply, written_twice): (i64, bool) = if keys.fair {
             self.run_counted(
                 &FAIR_RELEASE,
-                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec],
+                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec, &keys.asks],
                 vec![
                     owner.into(),
                     ms(relet).into(),
@@ -297,6 +311,7 @@ impl Node {
                     token_arg,
                     keys.wake_prefix.as_str().into(),
                     self.publish().into(),
+                    keys.req_prefix.as_str().into(),
                 ],
                 self.command_timeout,
             )
@@ -441,6 +456,22 @@ impl Node {
             }
             cursor = reply.0;
         }
+    }
+
+    /// Whether a queued fair waiter that asked for direct grants has
+    /// something to re-check since its last attempt: the lock is free, or
+    /// its request record exists (an unlock granted it the lock). One
+    /// EXISTS over both keys (one slot); 1 means held by another and not
+    /// granted. (A record whose grant's lease ran out also reads 1: the
+    /// waiter's sleep bound covers that.)
+    pub(crate) async fn worth_an_attempt(&self, keys: &LockKeys, request: &str) -> Result<bool> {
+        let rec = format!("{}{request}", keys.req_prefix);
+        let n: i64 = self
+            .client
+            .exists(vec![keys.lock.as_str(), rec.as_str()])
+            .await
+            .map_err(|e| Error::from_redis("acquire", &keys.lock, self.command_timeout, e))?;
+        Ok(n != 1)
     }
 
     pub(crate) async fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u64> {

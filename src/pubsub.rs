@@ -32,6 +32,9 @@ pub(crate) struct Channel {
     /// SUBSCRIBE may have reached the server (set before sending it, so a
     /// subscribe cancelled mid-way is still undone).
     on_server: AtomicBool,
+    /// The latest direct-grant message ("g <token> <lease ms> <request id>")
+    /// on a fair waiter's channel, until its waiter takes it.
+    grant: Mutex<Option<String>>,
 }
 
 struct Entry {
@@ -98,6 +101,7 @@ impl PubSub {
                 notify: Notify::new(),
                 confirmed: AtomicBool::new(false),
                 on_server: AtomicBool::new(false),
+                grant: Mutex::new(None),
             }),
         });
         entry.refs += 1;
@@ -277,6 +281,9 @@ async fn listen(
                         // waiter, not all of them (if it is dropped before it
                         // tries, tokio hands the wake-up to another waiter).
                         if let Some(e) = ps.channels.lock().get(&*msg.channel) {
+                            if let Some(text) = msg.value.as_str().filter(|t| t.starts_with("g ")) {
+                                *e.chan.grant.lock() = Some(text.into_owned());
+                            }
                             e.chan.notify.notify_one();
                         }
                     }
@@ -345,6 +352,12 @@ impl Interest {
     /// Subscribes the channel if it is not yet (confirmed by the server).
     pub(crate) async fn ready(&self) -> Result<()> {
         self.ps.subscribe(&self.name, &self.chan).await
+    }
+
+    /// Takes the latest direct-grant message of this channel, if one came
+    /// (the waiter checks that it names its own request).
+    pub(crate) fn take_grant(&self) -> Option<String> {
+        self.chan.grant.lock().take()
     }
 
     /// A wake-up for the next message; call `enable()` on it before the

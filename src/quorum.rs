@@ -39,6 +39,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         lease: Duration,
         request: &str,
         enqueue: bool,
+        grant: bool,
     ) -> impl Future<Output = Result<AcquireReply>> + Send;
 
     #[allow(clippy::too_many_arguments)]
@@ -94,6 +95,9 @@ pub(crate) struct Ask<'a> {
     pub lease: Duration,
     pub request: &'a str,
     pub enqueue: bool,
+    /// A queued fair waiter may be granted the lock directly by an unlock
+    /// (one master only: `request` is then the whole wait's id).
+    pub grant: bool,
     /// The live hold this owner has already: (its token, its per-master
     /// tokens). A majority re-entering keeps them.
     pub known: Option<(u64, Vec<Option<u64>>)>,
@@ -123,7 +127,7 @@ impl<M: NodeOps> Drop for Pending<M> {
             let give_up = Instant::now() + lease;
             let mut pause = Duration::from_millis(50);
             loop {
-                match member.acquire(&keys, &owner, lease, &request, false).await {
+                match member.acquire(&keys, &owner, lease, &request, false, false).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
@@ -339,7 +343,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         async move {
             let r = pending
                 .member
-                .acquire(ask.keys, ask.owner, ask.lease, ask.request, ask.enqueue)
+                .acquire(ask.keys, ask.owner, ask.lease, ask.request, ask.enqueue, ask.grant)
                 .await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 pending.armed = false;
@@ -784,8 +788,9 @@ impl NodeOps for Member {
         lease: Duration,
         request: &str,
         enqueue: bool,
+        grant: bool,
     ) -> Result<AcquireReply> {
-        let r = self.note(self.node.acquire(keys, owner, lease, request, enqueue).await);
+        let r = self.note(self.node.acquire(keys, owner, lease, request, enqueue, grant).await);
         if r.is_ok() && self.reconnected() {
             // It ran on a re-opened connection, maybe on a restarted master:
             // not counted (and undone, as a reply of unknown outcome).
@@ -876,6 +881,7 @@ mod tests {
             owner: &str,
             _: Duration,
             request: &str,
+            _: bool,
             _: bool,
         ) -> Result<AcquireReply> {
             if self.down {
@@ -985,6 +991,7 @@ mod tests {
                     lease: Duration::from_secs(10),
                     request: &request,
                     enqueue: false,
+                    grant: false,
                     known: None,
                 };
                 let r = acquire(&members, &ask).await;

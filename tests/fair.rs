@@ -29,6 +29,47 @@ fn assert_queue_empty(server: &RedisServer, name: &str) {
         server.cmd(&["LRANGE", &q, "0", "-1"])
     );
     assert_eq!(server.cmd(&["ZCARD", &t]).as_int(), Some(0), "deadlines of {name}");
+    let a = format!("lockwarden:{{{name}}}:asks");
+    assert_eq!(server.cmd(&["HLEN", &a]).as_int(), Some(0), "grant asks of {name}");
+}
+
+/// Releases the hold of `field` on the fair lock `name` with the library's
+/// own release script, but publishes the wake-up where no waiter listens:
+/// the head is granted the lock and never told.
+fn release_without_telling(server: &RedisServer, name: &str, field: &str) -> Reply {
+    let base = format!("lockwarden:{{{name}}}");
+    let (queue, timeouts, token, asks) = (
+        format!("{base}:queue"),
+        format!("{base}:timeouts"),
+        format!("{base}:token"),
+        format!("{base}:asks"),
+    );
+    let (rec, req_prefix) = (format!("{base}:req:test-release"), format!("{base}:req:"));
+    server.cmd(&[
+        "EVAL",
+        include_str!("../lua/fair_release.lua"),
+        "6",
+        name,
+        &queue,
+        &timeouts,
+        &token,
+        &rec,
+        &asks,
+        field,
+        "0",
+        "10000",
+        "",
+        "nobody-listens:",
+        "PUBLISH",
+        &req_prefix,
+    ])
+}
+
+/// A lock held by a made-up owner `field` (30 s lease), so a test can
+/// release it with [`release_without_telling`].
+fn hold_as(server: &RedisServer, name: &str, field: &str) {
+    server.cmd(&["HSET", name, field, "1"]);
+    server.cmd(&["PEXPIRE", name, "30000"]);
 }
 
 fn queue_len(server: &RedisServer, name: &str) -> i64 {
@@ -401,6 +442,111 @@ async fn two_thousand_waiters_on_one_lock_all_get_their_turn() {
         assert_eq!(done.load(Ordering::SeqCst), 2000);
         assert_queue_empty(&server, "thousands");
         assert!(eventually(Duration::from_secs(10), || server.pubsub_channels().is_empty()).await);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_message_is_lost_is_claimed_by_the_next_attempt() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        // Refreshes (attempts) every 0.5 s.
+        let c = fair_client(&server.url(), Duration::from_millis(1500)).await;
+        hold_as(&server, "lost-grant", "someone:1");
+        let lock = c.fair_lock("lost-grant").unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = lock
+                .try_lock(Duration::from_secs(10), LONG)
+                .await
+                .unwrap()
+                .expect("granted");
+            (lock, g)
+        });
+        // Queued (a script call), subscribed and re-checked once (EXISTS):
+        // the next attempt is a refresh, 0.5 s away.
+        assert!(eventually(Duration::from_secs(2), || server.command_calls("exists") >= 1).await);
+        assert_eq!(server.command_calls("evalsha"), 1);
+        assert_eq!(queue_len(&server, "lost-grant"), 1);
+        let granted = Instant::now();
+        assert_eq!(
+            release_without_telling(&server, "lost-grant", "someone:1").as_int(),
+            Some(0)
+        );
+        // The unlock handed the lock to the waiter (out of the queue) and
+        // bounded the grant's lease by the waiter's deadline.
+        assert_eq!(queue_len(&server, "lost-grant"), 0);
+        assert_eq!(server.cmd(&["HLEN", "lost-grant"]).as_int(), Some(1));
+        let grant_pttl = server.cmd(&["PTTL", "lost-grant"]).as_int().unwrap();
+        assert!((1..=1500).contains(&grant_pttl), "grant lease {grant_pttl} ms");
+        let (lock, g) = waiter.await.unwrap();
+        eprintln!("lost grant claimed after {:?}", granted.elapsed());
+        // Claimed as the fresh hold it is: depth 1, the granted token, and
+        // the waiter's own lease now.
+        assert_eq!(g.depth(), 1);
+        assert_eq!(lock.with_owner(g.owner()).hold_count().await.unwrap(), 1);
+        assert_eq!(server.cmd(&["HVALS", "lost-grant"]).strings(), ["1"]);
+        let token: u64 = server
+            .cmd(&["GET", "lockwarden:{lost-grant}:token"])
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(g.token(), token);
+        let pttl = server.cmd(&["PTTL", "lost-grant"]).as_int().unwrap();
+        assert!(pttl > 20_000, "the waiter's 30 s lease is set, PTTL {pttl} ms");
+        g.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["EXISTS", "lost-grant"]).as_int(),
+            Some(0),
+            "one level, one unlock"
+        );
+        assert_queue_empty(&server, "lost-grant");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_after_an_unheard_grant_gives_the_lock_back() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        // Refreshes only every 10 s: the waiter sleeps through the grant.
+        let c = fair_client(&server.url(), Duration::from_secs(30)).await;
+        hold_as(&server, "dropped-grant", "someone:1");
+        let lock = c.fair_lock("dropped-grant").unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
+        // Queued, subscribed and re-checked once (EXISTS): asleep until
+        // the refresh.
+        assert!(eventually(Duration::from_secs(2), || server.command_calls("exists") >= 1).await);
+        assert_eq!(queue_len(&server, "dropped-grant"), 1);
+        assert_eq!(
+            release_without_telling(&server, "dropped-grant", "someone:1").as_int(),
+            Some(0)
+        );
+        assert_eq!(server.cmd(&["HLEN", "dropped-grant"]).as_int(), Some(1), "granted");
+        let pttl = server.cmd(&["PTTL", "dropped-grant"]).as_int().unwrap();
+        assert!(pttl > 20_000, "the grant's lease runs {pttl} ms more");
+        waiter.abort();
+        let t = Instant::now();
+        assert!(
+            eventually(Duration::from_secs(2), || server
+                .cmd(&["EXISTS", "dropped-grant"])
+                .as_int()
+                == Some(0))
+            .await,
+            "the dropped waiter gave the grant back"
+        );
+        eprintln!("grant given back after {:?}", t.elapsed());
+        assert_queue_empty(&server, "dropped-grant");
+        // Free for the next one at once.
+        let other = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let g = other
+            .fair_lock("dropped-grant")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("free");
+        g.unlock().await.unwrap();
     })
     .await
 }
