@@ -3,6 +3,13 @@
 //!
 //!     cargo bench --bench contended            # 10 s per workload
 //!     LOCKWARDEN_BENCH_SECS=3 cargo bench --bench contended
+//!     LOCKWARDEN_BENCH_THREADS=1 cargo bench --bench contended
+//!
+//! All workers' clients share one tokio runtime of `LOCKWARDEN_BENCH_THREADS`
+//! worker threads (default 2). On a 2-core host that also runs the
+//! redis-server, 2 busy client threads and Redis compete for the cores, and
+//! the handoff chain waits for preempted threads; 1 thread leaves Redis a
+//! core. README reports both.
 //!
 //! Prints one JSON object per line.
 #[path = "../tests/common/mod.rs"]
@@ -20,8 +27,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if quick { 0.5 } else { 10.0 });
     let duration = Duration::from_secs_f64(secs);
+    let threads: usize = std::env::var("LOCKWARDEN_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(threads)
         .enable_all()
         .build()
         .unwrap();
@@ -34,7 +46,7 @@ fn main() {
             .await
             .unwrap();
         println!(
-            "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+            "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1},\"client_threads\":{threads}}}",
             ping.p50, ping.p99
         );
         for fair in [false, true] {
