@@ -6,7 +6,7 @@
 -- KEYS[4]  the lock's fencing-token counter (a string, never given a TTL)
 -- KEYS[5]  this request's replay record (lives ARGV[4] ms)
 -- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
---          <record ms> <request id>", see fair_release.lua)
+--          <record ms> <request id> <wake id>", see fair_release.lua)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  waiter timeout in ms: a queued waiter that has not refreshed its
@@ -18,8 +18,10 @@
 -- ARGV[7]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
 -- ARGV[8]  with "wait": this waiter's grant ask ("<lease ms> <record ms>
---          <request id>", the id of KEYS[5]), stored so an unlock can hand
---          the lock straight to it; "" for no direct grant (a quorum)
+--          <request id> <wake id>": the id of KEYS[5], and where it listens,
+--          ARGV[6] .. wake id), stored so an unlock can hand the lock
+--          straight to it; "" for no direct grant (a quorum). A waiter
+--          without an ask listens on ARGV[6] .. its owner field.
 --
 -- Returns
 --   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
@@ -134,6 +136,8 @@ if exists then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if head and head ~= ARGV[1] then
-  redis.call(publish, ARGV[6] .. head, '0')
+  local ask = redis.pcall('HGET', KEYS[6], head)
+  local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
+  redis.call(publish, ARGV[6] .. wake, '0')
 end
 return {0, -3}

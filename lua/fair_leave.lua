@@ -53,7 +53,10 @@ end
 if (freed or head == ARGV[1]) and redis.call('EXISTS', KEYS[1]) == 0 then
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
-    redis.call(publish, ARGV[2] .. next, '0')
+    -- A waiter with an ask listens on the wake id at its end.
+    local ask = redis.pcall('HGET', KEYS[5], next)
+    local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or next
+    redis.call(publish, ARGV[2] .. wake, '0')
   end
 end
 if removed > 0 then

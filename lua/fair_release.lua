@@ -7,7 +7,7 @@
 -- KEYS[4]  the lock's fencing-token counter
 -- KEYS[5]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
---          <record ms> <request id>", written by fair_acquire.lua)
+--          <record ms> <request id> <wake id>", written by fair_acquire.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 -- ARGV[3]  replay-record lifetime in ms (> 0)
@@ -33,8 +33,9 @@
 -- grantee that died since its last refresh blocks the queue no longer than
 -- its eviction would have. Its request record says "<token>:1:g", so its
 -- next attempt (if the message is lost) returns the grant and sets its full
--- lease. The message "g <token> <lease ms> <request id>" tells the waiter
--- it holds the lock. A head without an ask gets "0" and takes the lock with
+-- lease. The message "g <token> <lease ms> <request id>", on ARGV[5] ..
+-- wake id, tells the waiter it holds the lock. A head without an ask gets
+-- "0" on ARGV[5] .. its owner field and takes the lock with
 -- fair_acquire.lua.
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
@@ -88,9 +89,9 @@ if type(head) ~= 'string' then
 end
 local ask = redis.pcall('HGET', KEYS[6], head)
 local deadline = redis.pcall('ZSCORE', KEYS[3], head)
-local lease, keep, id
+local lease, keep, id, wake
 if type(ask) == 'string' then
-  lease, keep, id = string.match(ask, '^(%d+) (%d+) (%S+)$')
+  lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%S+) (%S+)$')
 end
 if lease and type(deadline) == 'string' and tonumber(deadline) > now then
   local token = redis.pcall('INCR', KEYS[4])
@@ -102,9 +103,9 @@ if lease and type(deadline) == 'string' and tonumber(deadline) > now then
     redis.call('HSET', KEYS[1], head, 1)
     redis.call('PEXPIRE', KEYS[1], ms)
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', math.max(tonumber(keep), ms))
-    redis.call(publish, ARGV[5] .. head, 'g ' .. token .. ' ' .. ms .. ' ' .. id)
+    redis.call(publish, ARGV[5] .. wake, 'g ' .. token .. ' ' .. ms .. ' ' .. id)
     return 0
   end
 end
-redis.call(publish, ARGV[5] .. head, '0')
+redis.call(publish, ARGV[5] .. (wake or head), '0')
 return 0

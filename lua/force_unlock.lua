@@ -3,6 +3,8 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's unlock channel (non-fair waiters)
 -- KEYS[3]  the waiter queue (fair waiters; absent for a non-fair lock)
+-- KEYS[4]  the fair waiters' grant asks (absent for a non-fair lock): a
+--          head with an ask listens on ARGV[2] .. the wake id at its end
 -- ARGV[1]  message to publish
 -- ARGV[2]  prefix of the fair waiters' wake channels
 -- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
@@ -28,6 +30,8 @@ redis.call('DEL', KEYS[1])
 redis.call(publish, KEYS[2], ARGV[1])
 local head = redis.pcall('LINDEX', KEYS[3], 0)
 if type(head) == 'string' then
-  redis.call(publish, ARGV[2] .. head, ARGV[1])
+  local ask = KEYS[4] and redis.pcall('HGET', KEYS[4], head)
+  local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
+  redis.call(publish, ARGV[2] .. wake, ARGV[1])
 end
 return 1

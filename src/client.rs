@@ -248,6 +248,7 @@ impl ClientBuilder {
             },
             runtime: runtime.clone(),
             sentinel_watchers,
+            wake_ids: Default::default(),
         });
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
@@ -422,6 +423,45 @@ pub(crate) struct Inner {
     pub(crate) runtime: tokio::runtime::Handle,
     /// Connections to the sentinels of masters reached through Sentinel.
     sentinel_watchers: Vec<fred::clients::SubscriberClient>,
+    /// Free wake ids of grant-asking fair waiters (see [`WakeId`]).
+    wake_ids: parking_lot::Mutex<(std::collections::BTreeSet<u64>, u64)>,
+}
+
+/// Where one grant-asking fair waiter of this client listens:
+/// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
+/// free `n` while it waits, so no two waiters share one, and a client that
+/// waits again and again listens on the same channel, which then stays
+/// subscribed between its waits (pubsub's linger).
+pub(crate) struct WakeId<'a> {
+    inner: &'a Inner,
+    n: u64,
+    pub(crate) name: String,
+}
+
+impl WakeId<'_> {
+    pub(crate) fn take(inner: &Inner) -> WakeId<'_> {
+        let n = {
+            let mut ids = inner.wake_ids.lock();
+            match ids.0.pop_first() {
+                Some(n) => n,
+                None => {
+                    ids.1 += 1;
+                    ids.1 - 1
+                }
+            }
+        };
+        WakeId {
+            inner,
+            n,
+            name: format!("{}:w{n}", inner.uuid),
+        }
+    }
+}
+
+impl Drop for WakeId<'_> {
+    fn drop(&mut self) {
+        self.inner.wake_ids.lock().0.insert(self.n);
+    }
 }
 
 static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {

@@ -12,7 +12,7 @@
 //! | fair lock: waiter queue (list) | `lockwarden:{PN}:queue` |
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
-//! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<owner-field>` |
+//! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<wake-id>` (`<client-uuid>:w<n>`, or the owner field with a quorum) |
 //!
 //! When `PN` already contains a hash tag (`orders{eu}`), braces are not
 //! added; a `#` marks that form instead: `lockwarden:#orders{eu}:channel`
@@ -41,9 +41,9 @@ pub(crate) struct LockKeys {
     pub req_prefix: String,
     pub queue: String,
     pub timeouts: String,
-    /// Queued waiter -> "<lease ms> <record ms> <request id>" (fair_release.lua).
+    /// Queued waiter -> "<lease ms> <record ms> <request id> <wake id>" (fair_release.lua).
     pub asks: String,
-    /// `lockwarden:{PN}:wake:`; an owner field is appended.
+    /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: String,
     /// Whether this handle uses the fair (FIFO) scripts.
     pub fair: bool,

@@ -465,16 +465,33 @@ impl Lock {
         // with the grant (so a lost message only delays). No record exists
         // before a success, so re-using the id across attempts is safe.
         let request = (fair && will_wait && self.inner.members.len() == 1).then(crate::client::fresh_request_id);
+        let wake = request.as_ref().map(|_| crate::client::WakeId::take(&self.inner));
+        let grant = request.as_deref().zip(wake.as_ref().map(|w| w.name.as_str()));
         let mut queued = QueueExit {
             lock: self,
             owner: &pin.owner.field,
             request: request.as_deref(),
             armed: fair && will_wait,
         };
+        // A fair waiter is woken on a channel of its own (its wake id's, or
+        // its owner's), so an unlock wakes only the head; others share the
+        // lock's channel.
+        let channel = match (&wake, fair) {
+            (Some(w), _) => format!("{}{}", self.keys.wake_prefix, w.name),
+            (None, true) => format!("{}{}", self.keys.wake_prefix, pin.owner.field),
+            (None, false) => self.keys.channel.clone(),
+        };
+        // A waiter whose channel is still subscribed (its wake id waited a
+        // moment ago) keeps it from before its first attempt: any grant
+        // after that attempt then reaches it as a message.
+        let early = wake
+            .as_ref()
+            .and_then(|_| self.inner.pubsub.interest_if_subscribed(&channel));
+        let subscribed_first = early.is_some();
         // First attempt without subscribing: the uncontended path is a
         // single script call.
         let first_sent = Instant::now();
-        let first_pttl = match self.attempt(&pin, lease, will_wait, request.as_deref()).await? {
+        let first_pttl = match self.attempt(&pin, lease, will_wait, grant).await? {
             Ok(guard) => {
                 queued.armed = false; // taking the lock removed us from the queue
                 return Ok(Some(guard));
@@ -485,14 +502,7 @@ impl Lock {
             queued.leave_now().await;
             return Ok(None);
         }
-        // A fair waiter is woken on a channel of its own, so an unlock wakes
-        // only the head; others share the lock's channel.
-        let channel = if fair {
-            format!("{}{}", self.keys.wake_prefix, pin.owner.field)
-        } else {
-            self.keys.channel.clone()
-        };
-        let interest = self.inner.pubsub.interest(&channel);
+        let interest = early.unwrap_or_else(|| self.inner.pubsub.interest(&channel));
         // Subscribing counts against the wait like everything else.
         match deadline {
             Some(d) => match tokio::time::timeout_at(d.into(), interest.ready()).await {
@@ -526,6 +536,7 @@ impl Lock {
             // neither, its queued place and its first attempt's answer stand
             // (a later grant arrives as a message, or in the record).
             let unchanged = match (first, request.as_deref()) {
+                (true, Some(_)) if subscribed_first => true,
                 (true, Some(id)) => !self.inner.first().worth_an_attempt(&self.keys, id).await?,
                 _ => false,
             };
@@ -534,7 +545,7 @@ impl Lock {
                 (first_pttl, false)
             } else {
                 sent_at = Instant::now();
-                match self.attempt(&pin, lease, true, request.as_deref()).await? {
+                match self.attempt(&pin, lease, true, grant).await? {
                     Ok(guard) => {
                         queued.armed = false; // taking the lock removed us from the queue
                         return Ok(Some(guard));
@@ -694,7 +705,8 @@ impl Lock {
     /// One acquire attempt on every master (`enqueue`: a fair waiter joins
     /// or refreshes its place in the queue). Returns the guard, or the
     /// holders' smallest PTTL and whether masters split between contenders.
-    /// `request` is the wait's id when it asks for direct grants.
+    /// `grant_to`: the wait's request id and wake id when it asks for
+    /// direct grants.
     ///
     /// Cancel safe: levels granted anywhere are released in the background if
     /// this future is dropped, and requests whose reply was lost are settled
@@ -704,13 +716,13 @@ impl Lock {
         pin: &OwnerPin,
         lease: Lease,
         enqueue: bool,
-        grant_to: Option<&str>,
+        grant_to: Option<(&str, &str)>,
     ) -> Result<std::result::Result<LockGuard, (i64, bool)>> {
         let lease_d = match lease {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = grant_to.map_or_else(crate::client::fresh_request_id, str::to_owned);
+        let request = grant_to.map_or_else(crate::client::fresh_request_id, |(r, _)| r.to_owned());
         let known = self
             .inner
             .holds
@@ -723,7 +735,7 @@ impl Lock {
             lease: lease_d,
             request: &request,
             enqueue,
-            grant: grant_to.is_some(),
+            grant: grant_to.map(|(_, w)| w),
             known,
         };
         let reply = crate::quorum::acquire(&self.inner.members, &ask).await;

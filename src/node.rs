@@ -213,9 +213,11 @@ impl Node {
     /// One acquire attempt for `owner` with a lease of `lease`. `request`
     /// identifies the logical attempt: a replay of it acquires nothing more.
     /// For a fair lock, `enqueue` joins the queue (or refreshes the
-    /// deadline there) when the lock cannot be taken now, and `grant` also
-    /// leaves an ask so an unlock may hand the lock straight to this waiter
-    /// (its request record then holds the grant; see fair_release.lua).
+    /// deadline there) when the lock cannot be taken now, and `grant` (the
+    /// waiter's wake id: it listens on `wake_prefix` + wake id) also leaves
+    /// an ask so an unlock may hand the lock straight to this waiter (its
+    /// request record then holds the grant; see fair_release.lua).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -223,14 +225,13 @@ impl Node {
         lease: Duration,
         request: &str,
         enqueue: bool,
-        grant: bool,
+        grant: Option<&str>,
     ) -> Result<AcquireReply> {
         let rec = format!("{}{request}", keys.req_prefix);
         let reply: Vec<i64> = if keys.fair {
-            let ask = if enqueue && grant {
-                format!("{} {} {request}", ms(lease), ms(self.record_ttl))
-            } else {
-                String::new()
+            let ask = match grant {
+                Some(wake) if enqueue => format!("{} {} {request} {wake}", ms(lease), ms(self.record_ttl)),
+                _ => String::new(),
             };
             self.run(
                 &FAIR_ACQUIRE,
@@ -397,7 +398,7 @@ impl Node {
         let reply: i64 = self
             .run(
                 &FORCE_UNLOCK,
-                &[&keys.lock, &keys.channel, &keys.queue],
+                &[&keys.lock, &keys.channel, &keys.queue, &keys.asks],
                 vec![
                     UNLOCK_MESSAGE.into(),
                     keys.wake_prefix.as_str().into(),

@@ -1,8 +1,9 @@
 //! Waking waiters without polling: one shared subscription per lock channel.
 //!
 //! Waiters register interest in a channel before the attempt that precedes
-//! their sleep; the first interest subscribes, the last one to leave
-//! unsubscribes. Each message wakes one waiter of its channel through a
+//! their sleep; the first interest subscribes, and the last one to leave
+//! unsubscribes after a short linger ([`LINGER`]), so a waiter that comes
+//! straight back finds it subscribed. Each message wakes one waiter of its channel through a
 //! [`Notify`] per channel. A lagging message stream or a reconnect wakes
 //! every waiter so it re-checks,
 //! and waiters always bound their sleep by the holder's lease, so a lost
@@ -39,6 +40,10 @@ pub(crate) struct Channel {
 
 struct Entry {
     refs: usize,
+    /// When the last interest left (the subscription lingers [`LINGER`]).
+    left_at: std::time::Instant,
+    /// A cleanup task is waiting out the linger.
+    sweeping: bool,
     chan: Arc<Channel>,
 }
 
@@ -97,6 +102,8 @@ impl PubSub {
         let mut map = self.channels.lock();
         let entry = map.entry(channel.to_string()).or_insert_with(|| Entry {
             refs: 0,
+            left_at: std::time::Instant::now(),
+            sweeping: false,
             chan: Arc::new(Channel {
                 notify: Notify::new(),
                 confirmed: AtomicBool::new(false),
@@ -112,9 +119,28 @@ impl PubSub {
         }
     }
 
+    /// Registers interest in `channel` only if it is subscribed already
+    /// (confirmed by the server), as a channel is for a moment after its
+    /// last waiter left. Its waiter can rely on it before its first attempt.
+    pub(crate) fn interest_if_subscribed(self: &Arc<Self>, channel: &str) -> Option<Interest> {
+        let mut map = self.channels.lock();
+        let entry = map.get_mut(channel)?;
+        // Checked under the map lock, where a cleanup clears the flag: a
+        // cleanup that saw no interest has cleared it already.
+        if !entry.chan.confirmed.load(Ordering::Acquire) {
+            return None;
+        }
+        entry.refs += 1;
+        Some(Interest {
+            ps: self.clone(),
+            name: channel.to_string(),
+            chan: entry.chan.clone(),
+        })
+    }
+
     /// How many channels have waiters (for tests and metrics).
     pub(crate) fn active_channels(&self) -> usize {
-        self.channels.lock().len()
+        self.channels.lock().values().filter(|e| e.refs > 0).count()
     }
 
     fn wake_all(&self) {
@@ -189,9 +215,27 @@ impl PubSub {
             })?
     }
 
-    /// Unsubscribes `name` if nobody registered interest since the last
-    /// interest left.
+    /// Unsubscribes `name` once nobody registered interest for [`LINGER`]
+    /// after the last interest left.
     async fn cleanup(self: Arc<Self>, name: String) {
+        loop {
+            let until = {
+                let mut map = self.channels.lock();
+                let Some(e) = map.get_mut(&name) else { return };
+                if e.refs > 0 {
+                    // Back in use; its next last interest sweeps again.
+                    e.sweeping = false;
+                    return;
+                }
+                let until = e.left_at + LINGER;
+                if std::time::Instant::now() >= until {
+                    e.sweeping = false;
+                    break;
+                }
+                until
+            };
+            tokio::time::sleep_until(until.into()).await;
+        }
         let _serial = self.serial.lock().await;
         let was_subscribed = {
             let map = self.channels.lock();
@@ -309,6 +353,11 @@ async fn listen(
     }
 }
 
+/// How long a channel stays subscribed after its last waiter left: a waiter
+/// that comes back soon (a client's fair waiters re-use their wake ids)
+/// then skips SUBSCRIBE and its confirmation, and the server its churn.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How often a cluster subscriber re-reads the slot owners while it has
 /// waiters.
 const SLOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -374,7 +423,11 @@ impl Drop for Interest {
             match map.get_mut(&self.name) {
                 Some(e) => {
                     e.refs -= 1;
-                    e.refs == 0
+                    if e.refs == 0 {
+                        e.left_at = std::time::Instant::now();
+                    }
+                    // One cleanup at a time waits out the linger.
+                    e.refs == 0 && !std::mem::replace(&mut e.sweeping, true)
                 }
                 None => false,
             }

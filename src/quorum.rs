@@ -39,7 +39,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         lease: Duration,
         request: &str,
         enqueue: bool,
-        grant: bool,
+        grant: Option<&str>,
     ) -> impl Future<Output = Result<AcquireReply>> + Send;
 
     #[allow(clippy::too_many_arguments)]
@@ -96,8 +96,8 @@ pub(crate) struct Ask<'a> {
     pub request: &'a str,
     pub enqueue: bool,
     /// A queued fair waiter may be granted the lock directly by an unlock
-    /// (one master only: `request` is then the whole wait's id).
-    pub grant: bool,
+    /// (one master only: `request` is then the whole wait's id); its wake id.
+    pub grant: Option<&'a str>,
     /// The live hold this owner has already: (its token, its per-master
     /// tokens). A majority re-entering keeps them.
     pub known: Option<(u64, Vec<Option<u64>>)>,
@@ -127,7 +127,7 @@ impl<M: NodeOps> Drop for Pending<M> {
             let give_up = Instant::now() + lease;
             let mut pause = Duration::from_millis(50);
             loop {
-                match member.acquire(&keys, &owner, lease, &request, false, false).await {
+                match member.acquire(&keys, &owner, lease, &request, false, None).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
@@ -788,7 +788,7 @@ impl NodeOps for Member {
         lease: Duration,
         request: &str,
         enqueue: bool,
-        grant: bool,
+        grant: Option<&str>,
     ) -> Result<AcquireReply> {
         let r = self.note(self.node.acquire(keys, owner, lease, request, enqueue, grant).await);
         if r.is_ok() && self.reconnected() {
@@ -882,7 +882,7 @@ mod tests {
             _: Duration,
             request: &str,
             _: bool,
-            _: bool,
+            _: Option<&str>,
         ) -> Result<AcquireReply> {
             if self.down {
                 return Err(unreachable());
@@ -991,7 +991,7 @@ mod tests {
                     lease: Duration::from_secs(10),
                     request: &request,
                     enqueue: false,
-                    grant: false,
+                    grant: None,
                     known: None,
                 };
                 let r = acquire(&members, &ask).await;

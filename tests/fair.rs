@@ -322,16 +322,23 @@ async fn an_unlock_wakes_exactly_one_waiter() {
             .as_str()
             .unwrap()
             .to_string();
+        // The head listens where its grant ask says (its wake id).
+        let ask = server
+            .cmd(&["HGET", "lockwarden:{wakes}:asks", &head])
+            .as_str()
+            .unwrap()
+            .to_string();
+        let wake_id = ask.rsplit(' ').next().unwrap().to_string();
         holder.unlock().await.unwrap();
         let mut woken = Vec::new();
         while let Some(Reply::Array(m)) = watcher.next(Duration::from_millis(200)) {
-            woken.push(m[2].as_str().unwrap().to_string());
+            woken.push((m[2].as_str().unwrap().to_string(), m[3].as_str().unwrap().to_string()));
         }
-        assert_eq!(
-            woken,
-            vec![format!("lockwarden:{{wakes}}:wake:{head}")],
-            "one message, to the head only"
-        );
+        assert_eq!(woken.len(), 1, "one message, to the head only: {woken:?}");
+        assert_eq!(woken[0].0, format!("lockwarden:{{wakes}}:wake:{wake_id}"));
+        // The message grants the lock to the head.
+        assert!(woken[0].1.starts_with("g "), "{woken:?}");
+        assert_eq!(server.cmd(&["HEXISTS", "wakes", &head]).as_int(), Some(1));
         for t in tasks {
             t.await.unwrap();
         }
@@ -547,6 +554,49 @@ async fn a_waiter_dropped_after_an_unheard_grant_gives_the_lock_back() {
             .unwrap()
             .expect("free");
         g.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let holder_client = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let holder = holder_client.fair_lock("again").unwrap().lock().await.unwrap();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        let lock = c.fair_lock("again").unwrap();
+        let first = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            got_tx.send(()).unwrap();
+            release_rx.await.unwrap();
+            g.unlock().await.unwrap();
+        });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "again") == 1).await);
+        assert!(eventually(Duration::from_secs(2), || c.waiting_channels() == 1).await);
+        holder.unlock().await.unwrap();
+        got_rx.await.unwrap();
+        // The first waiter holds the lock now; a second call of the same
+        // client waits at once, on the channel the first one listened on.
+        let subscribes = server.command_calls("subscribe");
+        let lock = c.fair_lock("again").unwrap();
+        let second = tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "again") == 1).await);
+        assert_eq!(server.command_calls("subscribe"), subscribes, "subscribed again");
+        let wake: Vec<String> = server
+            .pubsub_channels()
+            .into_iter()
+            .filter(|ch| ch.starts_with("lockwarden:{again}:wake:"))
+            .collect();
+        assert_eq!(wake.len(), 1, "{wake:?}");
+        assert!(wake[0].ends_with(":w0"), "{wake:?}");
+        release_tx.send(()).unwrap();
+        first.await.unwrap();
+        second.await.unwrap();
+        assert_queue_empty(&server, "again");
+        assert!(eventually(Duration::from_secs(2), || server.pubsub_channels().is_empty()).await);
     })
     .await
 }
