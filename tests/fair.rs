@@ -581,8 +581,16 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
         // The first waiter holds the lock now; a second call of the same
         // client waits at once, on the channel the first one listened on.
         let subscribes = server.command_calls("subscribe");
+        let scripts = server.command_calls("evalsha");
         let lock = c.fair_lock("again").unwrap();
-        let second = tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
+        let (got2_tx, got2_rx) = tokio::sync::oneshot::channel();
+        let (release2_tx, release2_rx) = tokio::sync::oneshot::channel::<()>();
+        let second = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            got2_tx.send(()).unwrap();
+            release2_rx.await.unwrap();
+            g.unlock().await.unwrap();
+        });
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "again") == 1).await);
         assert_eq!(server.command_calls("subscribe"), subscribes, "subscribed again");
         let wake: Vec<String> = server
@@ -593,6 +601,12 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
         assert_eq!(wake.len(), 1, "{wake:?}");
         assert!(wake[0].ends_with(":w0"), "{wake:?}");
         release_tx.send(()).unwrap();
+        got2_rx.await.unwrap();
+        // The whole contended acquisition cost the server two script
+        // calls: the queued try, and the release that granted the lock (no
+        // re-check after subscribing: the channel was subscribed before).
+        assert_eq!(server.command_calls("evalsha") - scripts, 2);
+        release2_tx.send(()).unwrap();
         first.await.unwrap();
         second.await.unwrap();
         assert_queue_empty(&server, "again");
