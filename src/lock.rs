@@ -615,7 +615,7 @@ impl Lock {
     /// when `msg` ("g <token> <lease ms> <request id>") names this wait's
     /// `request`. The grant happened after the attempt sent at `sent_at`
     /// (else that attempt would have returned it), so its lease is counted
-    /// from there. A grant's lease is at most the waiter's queue deadline,
+    /// from there; `None` also when half of it would be gone by that count. A grant's lease is at most the waiter's queue deadline,
     /// so a grantee that died blocks the queue no longer than its eviction
     /// would; a third of the way into it, a hold still held gets its own
     /// lease (as a renewal would). Short holds never need that call.
@@ -640,6 +640,13 @@ impl Lock {
             return None; // an earlier wait's grant, already settled by it
         }
         let granted = Duration::from_millis(ms);
+        if Instant::now() >= sent_at + granted / 2 {
+            // The waiter slept long since its last attempt (or the lease is
+            // short): counted from then, too little of the grant would be
+            // left. Its next attempt returns the grant from the record, with
+            // its own lease counted from now.
+            return None;
+        }
         let grant = crate::quorum::Grant {
             token,
             depth: 1,

@@ -614,3 +614,39 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_granted_long_after_the_last_attempt_is_not_lost_at_once() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        // Refreshes every 10 s: the waiter's last attempt is long past when
+        // the lock is granted to it.
+        let c = fair_client(&server.url(), Duration::from_secs(30)).await;
+        let holder = c.fair_lock("short-grant").unwrap().lock().await.unwrap();
+        let lock = c.fair_lock("short-grant").unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = lock
+                .try_lock(Duration::from_secs(10), Duration::from_millis(400))
+                .await
+                .unwrap()
+                .expect("granted");
+            (g.is_lost(), g.validity())
+        });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "short-grant") == 1).await);
+        // Holding on for longer than the waiter's lease, with no attempt of
+        // the waiter in between (its refresh is 10 s away).
+        let attempts = server.command_calls("evalsha");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            server.command_calls("evalsha"),
+            attempts,
+            "the waiter attempted meanwhile"
+        );
+        holder.unlock().await.unwrap();
+        let (lost, validity) = waiter.await.unwrap();
+        assert!(!lost, "the fresh hold reported itself lost");
+        assert!(validity > Duration::from_millis(200), "validity {validity:?}");
+        assert_queue_empty(&server, "short-grant");
+    })
+    .await
+}
