@@ -615,10 +615,11 @@ impl Lock {
     /// when `msg` ("g <token> <lease ms> <request id>") names this wait's
     /// `request`. The grant happened after the attempt sent at `sent_at`
     /// (else that attempt would have returned it), so its lease is counted
-    /// from there; `None` also when half of it would be gone by that count. A grant's lease is at most the waiter's queue deadline,
-    /// so a grantee that died blocks the queue no longer than its eviction
-    /// would; a third of the way into it, a hold still held gets its own
-    /// lease (as a renewal would). Short holds never need that call.
+    /// from there; `None` also when half of it would be gone by that count.
+    /// A grant's lease is at most the waiter's queue deadline, so a grantee
+    /// that died blocks the queue no longer than its eviction would; a
+    /// third of the way into it, a hold still held gets its own lease (as a
+    /// renewal would). Short holds never need that call.
     fn claim_grant(
         &self,
         pin: &OwnerPin,
