@@ -3,11 +3,10 @@
 //! Waiters register interest in a channel before the attempt that precedes
 //! their sleep; the first interest subscribes, and the last one to leave
 //! unsubscribes after a short linger ([`LINGER`]), so a waiter that comes
-//! straight back finds it subscribed. Each message wakes one waiter of its channel through a
-//! [`Notify`] per channel. A lagging message stream or a reconnect wakes
-//! every waiter so it re-checks,
-//! and waiters always bound their sleep by the holder's lease, so a lost
-//! message only delays them.
+//! straight back finds it subscribed. Each message wakes one waiter of its
+//! channel through a [`Notify`] per channel. A lagging message stream or a
+//! reconnect wakes every waiter so it re-checks, and waiters always bound
+//! their sleep by the holder's lease, so a lost message only delays them.
 //!
 //! On a cluster the subscriptions are sharded (SSUBSCRIBE on the node that
 //! owns the channel's slot, where the scripts SPUBLISH), and
@@ -111,6 +110,12 @@ impl PubSub {
                 grant: Mutex::new(None),
             }),
         });
+        self.enter(channel, entry)
+    }
+
+    /// One more interest in `entry`, the map entry of `channel` (under the
+    /// map lock).
+    fn enter(self: &Arc<Self>, channel: &str, entry: &mut Entry) -> Interest {
         entry.refs += 1;
         Interest {
             ps: self.clone(),
@@ -130,12 +135,7 @@ impl PubSub {
         if !entry.chan.confirmed.load(Ordering::Acquire) {
             return None;
         }
-        entry.refs += 1;
-        Some(Interest {
-            ps: self.clone(),
-            name: channel.to_string(),
-            chan: entry.chan.clone(),
-        })
+        Some(self.enter(channel, entry))
     }
 
     /// How many channels have waiters (for tests and metrics).
