@@ -22,6 +22,8 @@
 --          ARGV[6] .. wake id), stored so an unlock can hand the lock
 --          straight to it; "" for no direct grant (a quorum). A waiter
 --          without an ask listens on ARGV[6] .. its owner field.
+-- ARGV[9]  how long the queue keys live past a waiter's refresh, in ms
+--          (2 x ARGV[3], given as a string so no number is formatted here)
 --
 -- Returns
 --   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
@@ -37,8 +39,8 @@
 -- successful reply, so a replay acquires nothing more. A record that an
 -- unlock wrote when it granted the lock to this waiter ("<token>:1:g")
 -- also sets the lease to ARGV[2] (never shortening) while the grant's hold
--- is still there. The queue keys live 2 x the waiter timeout past the last
--- waiter's refresh. A record a leaving waiter marked "left" answers
+-- is still there. The queue keys live ARGV[9] ms past the last waiter's
+-- refresh. A record a leaving waiter marked "left" answers
 -- {0, -3}.
 
 local publish = ARGV[7] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
@@ -79,8 +81,10 @@ end
 
 local token
 local count
--- Nothing below changes whether the lock exists, short of taking it.
-local exists = redis.call('EXISTS', KEYS[1]) == 1
+-- Nothing below changes the lock's lease, short of taking it: a held
+-- lock's PTTL read here is the one to return. -2: no lock.
+local pttl = redis.call('PTTL', KEYS[1])
+local exists = pttl ~= -2
 if not exists then
   if not head or head == ARGV[1] then
     token = redis.pcall('INCR', KEYS[4])
@@ -119,21 +123,21 @@ if ARGV[5] == 'wait' then
     if type(redis.pcall('HSET', KEYS[6], ARGV[1], ARGV[8])) == 'table' then
       return wrongtype(KEYS[6])
     end
-    redis.call('PEXPIRE', KEYS[6], 2 * tonumber(ARGV[3]))
+    redis.call('PEXPIRE', KEYS[6], ARGV[9])
   end
-  if redis.call('ZADD', KEYS[3], deadline, ARGV[1]) == 1 then
+  if redis.call('ZADD', KEYS[3], string.format('%d', deadline), ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[2], ARGV[1])
     if not head then
       head = ARGV[1]
     end
   end
   -- Live waiters keep the queue alive; if they all die it goes by itself.
-  redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3]))
-  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+  redis.call('PEXPIRE', KEYS[2], ARGV[9])
+  redis.call('PEXPIRE', KEYS[3], ARGV[9])
 end
 
 if exists then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, pttl}
 end
 if head and head ~= ARGV[1] then
   local ask = redis.pcall('HGET', KEYS[6], head)

@@ -23,9 +23,10 @@
 -- levels left, -1 not held by this hold (nothing changed); error
 -- "WRONGTYPE <type>".
 --
--- Side effects: as release.lua; on the last level, waiters whose deadline
--- passed (server TIME) are evicted before the head is chosen, so a dead
--- waiter is never the only one told. Replays: as release.lua.
+-- Side effects: as release.lua; on the last level, waiters at the head
+-- whose deadline passed (server TIME) are evicted before the head is
+-- chosen, so a dead waiter is never the only one told. Replays: as
+-- release.lua.
 --
 -- Direct grant: when the live head left an ask, the lock goes to it here,
 -- as fair_acquire.lua would give it (new token, count 1, out of the
@@ -75,35 +76,44 @@ if ARGV[4] == '' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local stale = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-if not stale.err then
-  for _, id in ipairs(stale) do
-    redis.call('LREM', KEYS[2], 0, id)
-    redis.call('ZREM', KEYS[3], id)
-    redis.pcall('HDEL', KEYS[6], id)
+-- Evict from the head while its waiter's deadline passed: the head is who
+-- gets the lock, so a dead waiter is never the one told. Stale waiters
+-- further back are evicted once they reach the head, or by the next
+-- acquire attempt, whichever comes first.
+local head, deadline
+while true do
+  head = redis.pcall('LINDEX', KEYS[2], 0)
+  if type(head) ~= 'string' then
+    return 0
   end
-end
-local head = redis.pcall('LINDEX', KEYS[2], 0)
-if type(head) ~= 'string' then
-  return 0
+  deadline = redis.pcall('ZSCORE', KEYS[3], head)
+  if type(deadline) ~= 'string' or tonumber(deadline) > now then
+    break
+  end
+  redis.call('LPOP', KEYS[2])
+  redis.call('ZREM', KEYS[3], head)
+  redis.pcall('HDEL', KEYS[6], head)
 end
 local ask = redis.pcall('HGET', KEYS[6], head)
-local deadline = redis.pcall('ZSCORE', KEYS[3], head)
 local lease, keep, id, wake
 if type(ask) == 'string' then
   lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%S+) (%S+)$')
 end
-if lease and type(deadline) == 'string' and tonumber(deadline) > now then
+if lease and type(deadline) == 'string' then
   local token = redis.pcall('INCR', KEYS[4])
   if type(token) == 'number' then
+    -- Numbers become strings once, as integers (Lua's own conversion goes
+    -- through floating-point formatting, at every use).
+    token = string.format('%d', token)
     local ms = math.min(tonumber(lease), tonumber(deadline) - now)
+    local ms_text = string.format('%d', ms)
     redis.call('LPOP', KEYS[2])
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[6], head)
-    redis.call('HSET', KEYS[1], head, 1)
-    redis.call('PEXPIRE', KEYS[1], ms)
-    redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', math.max(tonumber(keep), ms))
-    redis.call(publish, ARGV[5] .. wake, 'g ' .. token .. ' ' .. ms .. ' ' .. id)
+    redis.call('HSET', KEYS[1], head, '1')
+    redis.call('PEXPIRE', KEYS[1], ms_text)
+    redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', tonumber(keep) > ms and keep or ms_text)
+    redis.call(publish, ARGV[5] .. wake, 'g ' .. token .. ' ' .. ms_text .. ' ' .. id)
     return 0
   end
 end

@@ -245,6 +245,7 @@ impl Node {
                     keys.wake_prefix.as_str().into(),
                     self.publish().into(),
                     ask.into(),
+                    ms(self.waiter_timeout * 2).into(),
                 ],
                 self.command_timeout,
             )
