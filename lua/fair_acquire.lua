@@ -5,8 +5,9 @@
 -- KEYS[3]  the waiter deadlines (sorted set: owner field -> server ms)
 -- KEYS[4]  the lock's fencing-token counter (a string, never given a TTL)
 -- KEYS[5]  this request's replay record (lives ARGV[4] ms)
--- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
---          <record ms> <request id> <wake id>", see fair_release.lua)
+-- KEYS[6]  the waiters' grant asks (hash: owner field -> "<deadline ms>
+--          <lease ms> <record ms> <request id> <wake id>", see
+--          fair_release.lua)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  waiter timeout in ms: a queued waiter that has not refreshed its
@@ -19,8 +20,8 @@
 --          lock's slot), anything else for PUBLISH
 -- ARGV[8]  with "wait": this waiter's grant ask ("<lease ms> <record ms>
 --          <request id> <wake id>": the id of KEYS[5], and where it listens,
---          ARGV[6] .. wake id), stored so an unlock can hand the lock
---          straight to it; "" for no direct grant (a quorum). A waiter
+--          ARGV[6] .. wake id), stored after the waiter's new deadline so
+--          an unlock can hand the lock straight to it; "" for no direct grant (a quorum). A waiter
 --          without an ask listens on ARGV[6] .. its owner field.
 -- ARGV[9]  how long the queue keys live past a waiter's refresh, in ms
 --          (2 x ARGV[3], given as a string so no number is formatted here)
@@ -114,18 +115,18 @@ else
 end
 
 if ARGV[5] == 'wait' then
-  local deadline = now + tonumber(ARGV[3])
-  -- ZADD counts only new members: a refresh just moves the deadline, a
-  -- newcomer also joins the end of the queue.
+  local deadline = string.format('%d', now + tonumber(ARGV[3]))
   -- Written at every attempt: the ask names this wait's request, never an
-  -- earlier wait's of the same owner.
+  -- earlier wait's of the same owner, and carries the new deadline.
   if ARGV[8] ~= '' then
-    if type(redis.pcall('HSET', KEYS[6], ARGV[1], ARGV[8])) == 'table' then
+    if type(redis.pcall('HSET', KEYS[6], ARGV[1], deadline .. ' ' .. ARGV[8])) == 'table' then
       return wrongtype(KEYS[6])
     end
     redis.call('PEXPIRE', KEYS[6], ARGV[9])
   end
-  if redis.call('ZADD', KEYS[3], string.format('%d', deadline), ARGV[1]) == 1 then
+  -- ZADD counts only new members: a refresh just moves the deadline, a
+  -- newcomer also joins the end of the queue.
+  if redis.call('ZADD', KEYS[3], deadline, ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[2], ARGV[1])
     if not head then
       head = ARGV[1]

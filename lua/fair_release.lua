@@ -6,8 +6,9 @@
 -- KEYS[3]  the waiter deadlines
 -- KEYS[4]  the lock's fencing-token counter
 -- KEYS[5]  this request's replay record (lives ARGV[3] ms)
--- KEYS[6]  the waiters' grant asks (hash: owner field -> "<lease ms>
---          <record ms> <request id> <wake id>", written by fair_acquire.lua)
+-- KEYS[6]  the waiters' grant asks (hash: owner field -> "<deadline ms>
+--          <lease ms> <record ms> <request id> <wake id>", written by
+--          fair_acquire.lua; the deadline is the waiter's score in KEYS[3])
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 -- ARGV[3]  replay-record lifetime in ms (> 0)
@@ -76,30 +77,36 @@ if ARGV[4] == '' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Evict from the head while its waiter's deadline passed: the head is who
--- gets the lock, so a dead waiter is never the one told. Stale waiters
--- further back are evicted once they reach the head, or by the next
--- acquire attempt, whichever comes first.
-local head, deadline
+-- Take the head off the queue, evicting it while its waiter's deadline
+-- passed: the head is who gets the lock, so a dead waiter is never the one
+-- told. Stale waiters further back are evicted once they reach the head,
+-- or by the next acquire attempt, whichever comes first. A waiter's ask
+-- starts with its deadline (the score it has in KEYS[3]); a waiter without
+-- an ask (a quorum's) has only the score.
+local head, deadline, lease, keep, id, wake
 while true do
-  head = redis.pcall('LINDEX', KEYS[2], 0)
+  head = redis.pcall('LPOP', KEYS[2])
   if type(head) ~= 'string' then
     return 0
   end
-  deadline = redis.pcall('ZSCORE', KEYS[3], head)
-  if type(deadline) ~= 'string' or tonumber(deadline) > now then
+  local ask = redis.pcall('HGET', KEYS[6], head)
+  lease, id, wake = nil, nil, nil
+  if type(ask) == 'string' then
+    deadline, lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%S+)$')
+  end
+  if not lease then
+    deadline = redis.pcall('ZSCORE', KEYS[3], head)
+    if type(deadline) ~= 'string' then
+      deadline = nil
+    end
+  end
+  if not deadline or tonumber(deadline) > now then
     break
   end
-  redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   redis.pcall('HDEL', KEYS[6], head)
 end
-local ask = redis.pcall('HGET', KEYS[6], head)
-local lease, keep, id, wake
-if type(ask) == 'string' then
-  lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%S+) (%S+)$')
-end
-if lease and type(deadline) == 'string' then
+if lease then
   local token = redis.pcall('INCR', KEYS[4])
   if type(token) == 'number' then
     -- Numbers become strings once, as integers (Lua's own conversion goes
@@ -107,7 +114,6 @@ if lease and type(deadline) == 'string' then
     token = string.format('%d', token)
     local ms = math.min(tonumber(lease), tonumber(deadline) - now)
     local ms_text = string.format('%d', ms)
-    redis.call('LPOP', KEYS[2])
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[6], head)
     redis.call('HSET', KEYS[1], head, '1')
@@ -115,6 +121,15 @@ if lease and type(deadline) == 'string' then
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', tonumber(keep) > ms and keep or ms_text)
     redis.call(publish, ARGV[5] .. wake, 'g ' .. token .. ' ' .. ms_text .. ' ' .. id)
     return 0
+  end
+end
+-- Not granted: the head stays the head, and is woken to take the lock. A
+-- queue emptied by the LPOP lost its lifetime with it; it gets the
+-- deadlines' back.
+if redis.call('LPUSH', KEYS[2], head) == 1 then
+  local keep_ms = redis.call('PTTL', KEYS[3])
+  if keep_ms > 0 then
+    redis.call('PEXPIRE', KEYS[2], keep_ms)
   end
 end
 redis.call(publish, ARGV[5] .. (wake or head), '0')

@@ -41,7 +41,8 @@ pub(crate) struct LockKeys {
     pub req_prefix: String,
     pub queue: String,
     pub timeouts: String,
-    /// Queued waiter -> "<lease ms> <record ms> <request id> <wake id>" (fair_release.lua).
+    /// Queued waiter -> "<deadline ms> <lease ms> <record ms> <request id> <wake id>"
+    /// (fair_release.lua).
     pub asks: String,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: String,
