@@ -31,9 +31,10 @@
 --   {0, pttl}          held by another owner: its remaining lease in ms (-1: no TTL)
 --   {0, -3}            free, but other waiters are ahead in the queue
 --   error "WRONGTYPE <type>" when a key holds another type; nothing changed
+--                      (on a refresh, but this waiter's own deadline)
 --
--- Side effects: time comes from the server (TIME). Waiters whose deadline
--- passed are evicted first. The lock is only taken when it is free and the
+-- Side effects: time comes from the server (TIME). When the lock is free,
+-- waiters whose deadline passed are evicted first. The lock is only taken when it is free and the
 -- queue is empty or headed by this owner (no barging), which also removes
 -- the owner from the queue. A free lock with another waiter at the head
 -- wakes that head (its message may have been lost). KEYS[5] records a
@@ -67,26 +68,42 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local stale = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-if stale.err then return wrongtype(KEYS[3]) end
-local head = redis.pcall('LINDEX', KEYS[2], 0)
-if type(head) == 'table' and head.err then return wrongtype(KEYS[2]) end
-for _, id in ipairs(stale) do
-  redis.call('LREM', KEYS[2], 0, id)
-  redis.call('ZREM', KEYS[3], id)
-  redis.pcall('HDEL', KEYS[6], id)
-end
-if #stale > 0 then
-  head = redis.call('LINDEX', KEYS[2], 0)
-end
-
 local token
 local count
 -- Nothing below changes the lock's lease, short of taking it: a held
 -- lock's PTTL read here is the one to return. -2: no lock.
 local pttl = redis.call('PTTL', KEYS[1])
 local exists = pttl ~= -2
-if not exists then
+local head
+if exists then
+  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
+  if mine == 1 then
+    token = redis.pcall('GET', KEYS[4])
+    if type(token) == 'table' then return wrongtype(KEYS[4]) end
+    token = tonumber(token or '0')
+    count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[4])
+    return {1, token, count}
+  end
+  -- Held by another: who heads the queue does not matter now, and stale
+  -- waiters are evicted by the unlock (from the head) or by an attempt that
+  -- finds the lock free.
+else
+  -- Free: stale waiters go first, then the head (if any) may take it.
+  local stale = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if stale.err then return wrongtype(KEYS[3]) end
+  head = redis.pcall('LINDEX', KEYS[2], 0)
+  if type(head) == 'table' and head.err then return wrongtype(KEYS[2]) end
+  for _, id in ipairs(stale) do
+    redis.call('LREM', KEYS[2], 0, id)
+    redis.call('ZREM', KEYS[3], id)
+    redis.pcall('HDEL', KEYS[6], id)
+  end
+  if #stale > 0 then
+    head = redis.call('LINDEX', KEYS[2], 0)
+  end
   if not head or head == ARGV[1] then
     token = redis.pcall('INCR', KEYS[4])
     if type(token) == 'table' then return wrongtype(KEYS[4]) end
@@ -100,37 +117,36 @@ if not exists then
     redis.call('SET', KEYS[5], token .. ':1', 'PX', ARGV[4])
     return {1, token, 1}
   end
-else
-  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
-  if mine == 1 then
-    token = redis.pcall('GET', KEYS[4])
-    if type(token) == 'table' then return wrongtype(KEYS[4]) end
-    token = tonumber(token or '0')
-    count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[4])
-    return {1, token, count}
-  end
 end
 
 if ARGV[5] == 'wait' then
   local deadline = string.format('%d', now + tonumber(ARGV[3]))
+  -- The queue keys may not have been read: each write checks its key's
+  -- type, and a wrong type undoes this attempt's own entries first.
+  -- ZADD counts only new members: a refresh just moves the deadline, a
+  -- newcomer also joins the end of the queue.
+  local added = redis.pcall('ZADD', KEYS[3], deadline, ARGV[1])
+  if type(added) == 'table' then return wrongtype(KEYS[3]) end
+  if added == 1 then
+    if type(redis.pcall('RPUSH', KEYS[2], ARGV[1])) == 'table' then
+      redis.call('ZREM', KEYS[3], ARGV[1])
+      return wrongtype(KEYS[2])
+    end
+    if not head then
+      head = ARGV[1]
+    end
+  end
   -- Written at every attempt: the ask names this wait's request, never an
   -- earlier wait's of the same owner, and carries the new deadline.
   if ARGV[8] ~= '' then
     if type(redis.pcall('HSET', KEYS[6], ARGV[1], deadline .. ' ' .. ARGV[8])) == 'table' then
+      if added == 1 then
+        redis.call('ZREM', KEYS[3], ARGV[1])
+        redis.call('LREM', KEYS[2], -1, ARGV[1])
+      end
       return wrongtype(KEYS[6])
     end
     redis.call('PEXPIRE', KEYS[6], ARGV[9])
-  end
-  -- ZADD counts only new members: a refresh just moves the deadline, a
-  -- newcomer also joins the end of the queue.
-  if redis.call('ZADD', KEYS[3], deadline, ARGV[1]) == 1 then
-    redis.call('RPUSH', KEYS[2], ARGV[1])
-    if not head then
-      head = ARGV[1]
-    end
   end
   -- Live waiters keep the queue alive; if they all die it goes by itself.
   redis.call('PEXPIRE', KEYS[2], ARGV[9])

@@ -653,3 +653,40 @@ async fn a_short_lease_granted_long_after_the_last_attempt_is_not_lost_at_once()
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_key_of_another_type_is_an_error_and_the_queue_is_left_as_it_was() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let c = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let other = fair_client(&server.url(), Duration::from_secs(5)).await;
+        // Each queue key in turn holds a string. The lock is held, so the
+        // waiter's attempt goes straight to joining the queue: each write
+        // there must find the wrong type before anything of it stays.
+        for (i, kind) in ["queue", "timeouts", "asks"].into_iter().enumerate() {
+            let name = format!("typed-{i}");
+            let bad = format!("lockwarden:{{{name}}}:{kind}");
+            let holder = c.fair_lock(&name).unwrap().lock().await.unwrap();
+            server.cmd(&["SET", &bad, "precious"]);
+            let e = other
+                .fair_lock(&name)
+                .unwrap()
+                .try_lock(Duration::from_millis(200), LONG)
+                .await
+                .unwrap_err();
+            assert!(matches!(&e, lockwarden::Error::WrongType { .. }), "{kind}: {e}");
+            assert_eq!(server.cmd(&["GET", &bad]).as_str(), Some("precious"), "{kind}");
+            assert_eq!(server.cmd(&["PTTL", &bad]).as_int(), Some(-1), "{kind}");
+            for other in ["queue", "timeouts", "asks"].into_iter().filter(|k| *k != kind) {
+                let key = format!("lockwarden:{{{name}}}:{other}");
+                assert_eq!(
+                    server.cmd(&["EXISTS", &key]).as_int(),
+                    Some(0),
+                    "{kind} of another type: nothing left in {other}"
+                );
+            }
+            holder.unlock().await.unwrap();
+        }
+    })
+    .await
+}
