@@ -249,8 +249,10 @@ impl ClientBuilder {
             runtime: runtime.clone(),
             sentinel_watchers,
             wake_ids: Default::default(),
+            extensions: Default::default(),
         });
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
+        runtime.spawn(crate::extend::run(Arc::downgrade(&inner), inner.extensions.clone()));
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
         Ok(Client { inner })
     }
@@ -425,6 +427,8 @@ pub(crate) struct Inner {
     sentinel_watchers: Vec<fred::clients::SubscriberClient>,
     /// Free wake ids of grant-asking fair waiters (see [`WakeId`]).
     wake_ids: parking_lot::Mutex<(std::collections::BTreeSet<u64>, u64)>,
+    /// Lease extensions of directly granted fair holds (see [`crate::extend`]).
+    pub(crate) extensions: Arc<crate::extend::Extensions>,
 }
 
 /// Where one grant-asking fair waiter of this client listens:

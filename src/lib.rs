@@ -96,6 +96,7 @@
 
 mod client;
 mod error;
+mod extend;
 mod guard;
 mod keys;
 mod lock;

@@ -663,51 +663,8 @@ impl Lock {
             Lease::Fixed(d) if d > granted => Some(sent_at + d),
             _ => return Some(guard),
         };
-        self.extend_grant(guard.hold().clone(), sent_at + granted / 3, end);
+        self.inner.extensions.schedule(guard.hold(), sent_at + granted / 3, end);
         Some(guard)
-    }
-
-    /// At `at`, if the granted `hold` is still held, sets its lease (never
-    /// shortening) to run until `end` (`None`: a full watchdog lease), and
-    /// moves its validity on when confirmed. A hold found gone is lost.
-    fn extend_grant(&self, hold: Arc<crate::watchdog::Hold>, at: Instant, end: Option<Instant>) {
-        let inner = self.inner.clone();
-        let lock = self.keys.lock.clone();
-        self.inner.spawner().spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
-            let held = |inner: &Inner| {
-                hold.lost_reason().is_none()
-                    && inner
-                        .holds
-                        .find(&lock, &hold.owner_field)
-                        .is_some_and(|h| Arc::ptr_eq(&h, &hold))
-            };
-            if !held(&inner) {
-                return; // released (or lost) already
-            }
-            let sent = Instant::now();
-            let lease = match end {
-                None => inner.settings.watchdog_lease,
-                Some(end) => end.saturating_duration_since(sent),
-            };
-            if lease.is_zero() {
-                return;
-            }
-            let timeout = inner.settings.command_timeout;
-            match inner.first().renew(&[(&lock, &hold.owner_field)], lease, timeout).await {
-                Ok(flags) if flags.first() == Some(&true) => {
-                    hold.extend(sent + lease.saturating_sub(crate::quorum::drift(lease)))
-                }
-                Ok(_) => {
-                    if held(&inner) {
-                        hold.mark_lost(crate::watchdog::LossReason::Gone);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(lock = %lock, error = %e, "setting a granted hold's lease failed; its validity ends with the grant's")
-                }
-            }
-        });
     }
 
     /// One acquire attempt on every master (`enqueue`: a fair waiter joins
