@@ -20,9 +20,10 @@
 --          lock's slot), anything else for PUBLISH
 -- ARGV[8]  with "wait": this waiter's grant ask ("<lease ms> <record ms>
 --          <request id> <wake id>": the id of KEYS[5], and where it listens,
---          ARGV[6] .. wake id), stored after the waiter's new deadline so
---          an unlock can hand the lock straight to it; "" for no direct grant (a quorum). A waiter
---          without an ask listens on ARGV[6] .. its owner field.
+--          ARGV[6] .. wake id), stored after the waiter's new deadline
+--          so an unlock can hand the lock straight to it; "" for no
+--          direct grant (a quorum). A waiter without an ask listens on
+--          ARGV[6] .. its owner field.
 -- ARGV[9]  how long the queue keys live past a waiter's refresh, in ms
 --          (2 x ARGV[3], given as a string so no number is formatted here)
 --
@@ -34,16 +35,16 @@
 --                      (on a refresh, but this waiter's own deadline)
 --
 -- Side effects: time comes from the server (TIME). When the lock is free,
--- waiters whose deadline passed are evicted first. The lock is only taken when it is free and the
--- queue is empty or headed by this owner (no barging), which also removes
--- the owner from the queue. A free lock with another waiter at the head
--- wakes that head (its message may have been lost). KEYS[5] records a
--- successful reply, so a replay acquires nothing more. A record that an
--- unlock wrote when it granted the lock to this waiter ("<token>:1:g")
--- also sets the lease to ARGV[2] (never shortening) while the grant's hold
--- is still there. The queue keys live ARGV[9] ms past the last waiter's
--- refresh. A record a leaving waiter marked "left" answers
--- {0, -3}.
+-- waiters whose deadline passed are evicted first. The lock is only taken
+-- when it is free and the queue is empty or headed by this owner (no
+-- barging), which also removes the owner from the queue. A free lock with
+-- another waiter at the head wakes that head (its message may have been
+-- lost). KEYS[5] records a successful reply, so a replay acquires nothing
+-- more. A record that an unlock wrote when it granted the lock to this
+-- waiter ("<token>:1:g") also sets the lease to ARGV[2] (never shortening)
+-- while the grant's hold is still there. The queue keys live ARGV[9] ms
+-- past the last waiter's refresh. A record a leaving waiter marked "left"
+-- answers {0, -3}.
 
 local publish = ARGV[7] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
@@ -139,7 +140,8 @@ if ARGV[5] == 'wait' then
   -- Written at every attempt: the ask names this wait's request, never an
   -- earlier wait's of the same owner, and carries the new deadline.
   if ARGV[8] ~= '' then
-    if type(redis.pcall('HSET', KEYS[6], ARGV[1], deadline .. ' ' .. ARGV[8])) == 'table' then
+    local ask = deadline .. ' ' .. ARGV[8]
+    if type(redis.pcall('HSET', KEYS[6], ARGV[1], ask)) == 'table' then
       if added == 1 then
         redis.call('ZREM', KEYS[3], ARGV[1])
         redis.call('LREM', KEYS[2], -1, ARGV[1])

@@ -92,7 +92,8 @@ while true do
   local ask = redis.pcall('HGET', KEYS[6], head)
   lease, id, wake = nil, nil, nil
   if type(ask) == 'string' then
-    deadline, lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%S+)$')
+    deadline, lease, keep, id, wake =
+      string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%S+)$')
   end
   if not lease then
     deadline = redis.pcall('ZSCORE', KEYS[3], head)
@@ -118,8 +119,10 @@ if lease then
     redis.call('HDEL', KEYS[6], head)
     redis.call('HSET', KEYS[1], head, '1')
     redis.call('PEXPIRE', KEYS[1], ms_text)
-    redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', tonumber(keep) > ms and keep or ms_text)
-    redis.call(publish, ARGV[5] .. wake, 'g ' .. token .. ' ' .. ms_text .. ' ' .. id)
+    local record_ms = tonumber(keep) > ms and keep or ms_text
+    redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', record_ms)
+    local grant = 'g ' .. token .. ' ' .. ms_text .. ' ' .. id
+    redis.call(publish, ARGV[5] .. wake, grant)
     return 0
   end
 end
