@@ -690,3 +690,30 @@ async fn a_queue_key_of_another_type_is_an_error_and_the_queue_is_left_as_it_was
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_that_only_wakes_the_head_keeps_it_first_and_the_queue_expiring() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        // A head without a grant ask (as a quorum's waiters are), alone in
+        // the queue, with a live deadline: the release takes it off the
+        // queue to look at it, does not grant, and must put it back.
+        let (queue, timeouts) = ("lockwarden:{woken}:queue", "lockwarden:{woken}:timeouts");
+        hold_as(&server, "woken", "someone:1");
+        let now_ms = server.cmd(&["TIME"]).strings()[0].parse::<i64>().unwrap() * 1000;
+        server.cmd(&["RPUSH", queue, "waiter:1"]);
+        server.cmd(&["ZADD", timeouts, &(now_ms + 60_000).to_string(), "waiter:1"]);
+        server.cmd(&["PEXPIRE", queue, "20000"]);
+        server.cmd(&["PEXPIRE", timeouts, "20000"]);
+        assert_eq!(release_without_telling(&server, "woken", "someone:1").as_int(), Some(0));
+        assert_eq!(
+            server.cmd(&["EXISTS", "woken"]).as_int(),
+            Some(0),
+            "released, not granted"
+        );
+        assert_eq!(server.cmd(&["LRANGE", queue, "0", "-1"]).strings(), ["waiter:1"]);
+        let pttl = server.cmd(&["PTTL", queue]).as_int().unwrap();
+        assert!((1..=20_000).contains(&pttl), "the queue still expires: PTTL {pttl}");
+    })
+    .await
+}
