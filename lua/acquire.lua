@@ -37,7 +37,7 @@ local count
 if redis.call('EXISTS', KEYS[1]) == 0 then
   token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' then return wrongtype(KEYS[2]) end
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
+  redis.call('HSET', KEYS[1], ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   count = 1
 else
@@ -53,5 +53,7 @@ else
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 end
 
-redis.call('SET', KEYS[3], token .. ':' .. count, 'PX', ARGV[3])
+-- Formatted as integers once (Lua's own number-to-string conversion goes
+-- through floating-point formatting).
+redis.call('SET', KEYS[3], string.format('%d:%d', token, count), 'PX', ARGV[3])
 return {1, token, count}

@@ -85,7 +85,8 @@ if exists then
     token = tonumber(token or '0')
     count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[4])
+    local record = string.format('%d:%d', token, count)
+    redis.call('SET', KEYS[5], record, 'PX', ARGV[4])
     return {1, token, count}
   end
   -- Held by another: who heads the queue does not matter now, and stale
@@ -113,9 +114,9 @@ else
       redis.call('ZREM', KEYS[3], ARGV[1])
       redis.pcall('HDEL', KEYS[6], ARGV[1])
     end
-    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('HSET', KEYS[1], ARGV[1], '1')
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    redis.call('SET', KEYS[5], token .. ':1', 'PX', ARGV[4])
+    redis.call('SET', KEYS[5], string.format('%d:1', token), 'PX', ARGV[4])
     return {1, token, 1}
   end
 end

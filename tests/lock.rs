@@ -26,7 +26,8 @@ both_kinds!(
     sixteen_clients_increment_a_counter_without_overlap,
     fencing_tokens_increase_across_holders_and_stay_on_reentry,
     force_unlock_deletes_and_wakes_waiters,
-    a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner
+    a_guard_of_a_lost_hold_cannot_release_a_newer_hold_of_the_same_owner,
+    replay_records_keep_large_fencing_tokens_exact
 );
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -717,6 +718,31 @@ async fn an_unlock_wakes_one_local_waiter_not_all() {
         for t in tasks {
             t.await.unwrap();
         }
+    })
+    .await
+}
+
+async fn replay_records_keep_large_fencing_tokens_exact(kind: Kind) {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        // Lua writes numbers with 14 significant digits ("1e+15") unless the
+        // script formats them as integers; a replayed acquire could then not
+        // read its record back.
+        server.cmd(&["SET", "lockwarden:{big}:token", "1000000000000000"]);
+        let lock = kind.of(&c, "big");
+        let g = lock.lock().await.unwrap();
+        assert_eq!(g.token(), 1_000_000_000_000_001);
+        let inner = lock.lock().await.unwrap();
+        let mut records: Vec<String> = server
+            .keys("lockwarden:{big}:req:*")
+            .iter()
+            .filter_map(|k| server.cmd(&["GET", k]).as_str().map(str::to_string))
+            .collect();
+        records.sort();
+        assert_eq!(records, ["1000000000000001:1", "1000000000000001:2"]);
+        inner.unlock().await.unwrap();
+        g.unlock().await.unwrap();
     })
     .await
 }
