@@ -217,7 +217,6 @@ impl Node {
     /// waiter's wake id: it listens on `wake_prefix` + wake id) also leaves
     /// an ask so an unlock may hand the lock straight to this waiter (its
     /// request record then holds the grant; see fair_release.lua).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
