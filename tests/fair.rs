@@ -240,6 +240,13 @@ async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
                 .is_err()
         });
         assert!(dropped.await.unwrap());
+        // Its leave runs in the background: wait for it, so the count
+        // below sees the next waiter and not this one.
+        assert!(
+            eventually(Duration::from_secs(1), || queue_len(&server, "give-up") == 0).await,
+            "dropped waiter left at once"
+        );
+        assert_queue_empty(&server, "give-up");
         let lock = c.fair_lock("give-up").unwrap();
         let aborted = tokio::spawn(async move { lock.lock().await.map(drop) });
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "give-up") == 1).await);
