@@ -1,19 +1,21 @@
 -- acquire: take a reentrant lock, or re-enter it as its current owner.
 --
 -- KEYS[1]  the lock hash: owner field -> reentry count, with a PEXPIRE lease
--- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL)
+-- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL;
+--          see next_token in shared.lua)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  replay-record lifetime in ms (> 0)
 --
 -- Returns
---   {1, token, count}  acquired: fresh (count 1, token = new INCR of KEYS[2])
+--   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
 --                      or re-entered (count > 1, token = the current hold's)
 --   {0, pttl}          held by another owner; pttl is its remaining lease in ms
 --                      (-1 when the key has no TTL)
---   error "WRONGTYPE <type>" when KEYS[1] is not a hash or KEYS[2] not a string;
---                      nothing is changed
+--   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
+--                      server's own refusal (OOM, READONLY, ...); nothing is
+--                      changed
 --
 -- Side effects: on success HINCRBY of the owner's field, the lease is set
 -- (a re-entry never shortens it), KEYS[3] records the reply. A request whose
@@ -27,29 +29,27 @@ if rec then
 end
 
 -- Wrong types surface on the first command touching each key, before any
--- write: pcall turns them into a WRONGTYPE reply naming the type found.
-local function wrongtype(key)
-  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', key)['ok'])
-end
-
+-- write: pcall turns them into a reply naming the key (refused, shared.lua).
 local token
 local count
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' then return wrongtype(KEYS[2]) end
+  local refusal
+  token, refusal = next_token(2)
+  if not token then return refusal end
   redis.call('HSET', KEYS[1], ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   count = 1
 else
   local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
+  if type(mine) == 'table' then return refused(mine, 1) end
   if mine == 0 then
     return {0, redis.call('PTTL', KEYS[1])}
   end
   token = redis.pcall('GET', KEYS[2])
-  if type(token) == 'table' then return wrongtype(KEYS[2]) end
+  if type(token) == 'table' then return refused(token, 2) end
   token = tonumber(token or '0')
-  count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  count = redis.pcall('HINCRBY', KEYS[1], ARGV[1], 1)
+  if type(count) == 'table' then return refused(count, 1) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 end
 

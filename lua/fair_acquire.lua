@@ -31,8 +31,9 @@
 --   {1, token, count}  acquired (fresh: count 1 and a new token) or re-entered
 --   {0, pttl}          held by another owner: its remaining lease in ms (-1: no TTL)
 --   {0, -3}            free, but other waiters are ahead in the queue
---   error "WRONGTYPE <type>" when a key holds another type; nothing changed
---                      (on a refresh, but this waiter's own deadline)
+--   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
+--                      server's own refusal (OOM, READONLY, ...); nothing
+--                      changed (on a refresh, but this waiter's own deadline)
 --
 -- Side effects: time comes from the server (TIME). When the lock is free,
 -- waiters whose deadline passed are evicted first. The lock is only taken
@@ -62,10 +63,6 @@ if rec then
   return {1, tonumber(token), tonumber(count)}
 end
 
-local function wrongtype(key)
-  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', key)['ok'])
-end
-
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -78,12 +75,13 @@ local exists = pttl ~= -2
 local head
 if exists then
   local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then return wrongtype(KEYS[1]) end
+  if type(mine) == 'table' then return refused(mine, 1) end
   if mine == 1 then
     token = redis.pcall('GET', KEYS[4])
-    if type(token) == 'table' then return wrongtype(KEYS[4]) end
+    if type(token) == 'table' then return refused(token, 4) end
     token = tonumber(token or '0')
-    count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+    count = redis.pcall('HINCRBY', KEYS[1], ARGV[1], 1)
+    if type(count) == 'table' then return refused(count, 1) end
     redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
     local record = string.format('%d:%d', token, count)
     redis.call('SET', KEYS[5], record, 'PX', ARGV[4])
@@ -95,9 +93,9 @@ if exists then
 else
   -- Free: stale waiters go first, then the head (if any) may take it.
   local stale = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  if stale.err then return wrongtype(KEYS[3]) end
+  if stale.err then return refused(stale, 3) end
   head = redis.pcall('LINDEX', KEYS[2], 0)
-  if type(head) == 'table' and head.err then return wrongtype(KEYS[2]) end
+  if type(head) == 'table' and head.err then return refused(head, 2) end
   for _, id in ipairs(stale) do
     redis.call('LREM', KEYS[2], 0, id)
     redis.call('ZREM', KEYS[3], id)
@@ -107,8 +105,9 @@ else
     head = redis.call('LINDEX', KEYS[2], 0)
   end
   if not head or head == ARGV[1] then
-    token = redis.pcall('INCR', KEYS[4])
-    if type(token) == 'table' then return wrongtype(KEYS[4]) end
+    local refusal
+    token, refusal = next_token(4)
+    if not token then return refusal end
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])
@@ -128,11 +127,12 @@ if ARGV[5] == 'wait' then
   -- ZADD counts only new members: a refresh just moves the deadline, a
   -- newcomer also joins the end of the queue.
   local added = redis.pcall('ZADD', KEYS[3], deadline, ARGV[1])
-  if type(added) == 'table' then return wrongtype(KEYS[3]) end
+  if type(added) == 'table' then return refused(added, 3) end
   if added == 1 then
-    if type(redis.pcall('RPUSH', KEYS[2], ARGV[1])) == 'table' then
+    local pushed = redis.pcall('RPUSH', KEYS[2], ARGV[1])
+    if type(pushed) == 'table' then
       redis.call('ZREM', KEYS[3], ARGV[1])
-      return wrongtype(KEYS[2])
+      return refused(pushed, 2)
     end
     if not head then
       head = ARGV[1]
@@ -142,12 +142,13 @@ if ARGV[5] == 'wait' then
   -- earlier wait's of the same owner, and carries the new deadline.
   if ARGV[8] ~= '' then
     local ask = deadline .. ' ' .. ARGV[8]
-    if type(redis.pcall('HSET', KEYS[6], ARGV[1], ask)) == 'table' then
+    local asked = redis.pcall('HSET', KEYS[6], ARGV[1], ask)
+    if type(asked) == 'table' then
       if added == 1 then
         redis.call('ZREM', KEYS[3], ARGV[1])
         redis.call('LREM', KEYS[2], -1, ARGV[1])
       end
-      return wrongtype(KEYS[6])
+      return refused(asked, 6)
     end
     redis.call('PEXPIRE', KEYS[6], ARGV[9])
   end
@@ -162,6 +163,6 @@ end
 if head and head ~= ARGV[1] then
   local ask = redis.pcall('HGET', KEYS[6], head)
   local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
-  redis.call(publish, ARGV[6] .. wake, '0')
+  redis.pcall(publish, ARGV[6] .. wake, '0')
 end
 return {0, -3}

@@ -27,7 +27,7 @@ local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local head = redis.pcall('LINDEX', KEYS[2], 0)
 if type(head) == 'table' then
-  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[2])['ok'])
+  return refused(head, 2)
 end
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.pcall('ZREM', KEYS[3], ARGV[1])
@@ -56,7 +56,7 @@ if (freed or head == ARGV[1]) and redis.call('EXISTS', KEYS[1]) == 0 then
     -- A waiter with an ask listens on the wake id at its end.
     local ask = redis.pcall('HGET', KEYS[5], next)
     local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or next
-    redis.call(publish, ARGV[2] .. wake, '0')
+    redis.pcall(publish, ARGV[2] .. wake, '0')
   end
 end
 if removed > 0 then

@@ -22,7 +22,10 @@
 --
 -- Returns 0 released (and the live head, if any, woken or granted), n > 0
 -- levels left, -1 not held by this hold (nothing changed); error
--- "WRONGTYPE <type>".
+-- "WRONGTYPE <type> 1", or the server's own refusal (OOM, READONLY, ...).
+-- A refused PUBLISH (an ACL without channel rights) does not turn the
+-- release into an error: the head learns of its grant, or of the free
+-- lock, at its next refresh.
 --
 -- Side effects: as release.lua; on the last level, waiters at the head
 -- whose deadline passed (server TIME) are evicted before the head is
@@ -49,7 +52,7 @@ end
 
 local count = redis.pcall('HGET', KEYS[1], ARGV[1])
 if type(count) == 'table' then
-  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[1])['ok'])
+  return refused(count, 1)
 end
 if not count then
   return -1
@@ -108,8 +111,8 @@ while true do
   redis.pcall('HDEL', KEYS[6], head)
 end
 if lease then
-  local token = redis.pcall('INCR', KEYS[4])
-  if type(token) == 'number' then
+  local token = next_token(4)
+  if token then
     -- Numbers become strings once, as integers (Lua's own conversion goes
     -- through floating-point formatting, at every use).
     token = string.format('%d', token)
@@ -122,7 +125,7 @@ if lease then
     local record_ms = tonumber(keep) > ms and keep or ms_text
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', record_ms)
     local grant = 'g ' .. token .. ' ' .. ms_text .. ' ' .. id
-    redis.call(publish, ARGV[5] .. wake, grant)
+    redis.pcall(publish, ARGV[5] .. wake, grant)
     return 0
   end
 end
@@ -135,5 +138,5 @@ if redis.call('LPUSH', KEYS[2], head) == 1 then
     redis.call('PEXPIRE', KEYS[2], keep_ms)
   end
 end
-redis.call(publish, ARGV[5] .. (wake or head), '0')
+redis.pcall(publish, ARGV[5] .. (wake or head), '0')
 return 0

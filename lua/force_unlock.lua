@@ -11,11 +11,13 @@
 --          lock's slot), anything else for PUBLISH
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
---   error "WRONGTYPE <type>" when KEYS[1] is not a hash; nothing is deleted
+--   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash; nothing is deleted
 --
 -- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], and one on the wake
 -- channel of the queue's head when there is one. The fencing-token counter
 -- and the queue are kept, so tokens keep increasing and fair order stays.
+-- A refused PUBLISH (an ACL without channel rights) does not undo the
+-- delete: waiters then wake at their lease bound.
 
 local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
@@ -24,14 +26,14 @@ if kind == 'none' then
   return 0
 end
 if kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. kind)
+  return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
 end
 redis.call('DEL', KEYS[1])
-redis.call(publish, KEYS[2], ARGV[1])
+redis.pcall(publish, KEYS[2], ARGV[1])
 local head = redis.pcall('LINDEX', KEYS[3], 0)
 if type(head) == 'string' then
   local ask = KEYS[4] and redis.pcall('HGET', KEYS[4], head)
   local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
-  redis.call(publish, ARGV[2] .. wake, ARGV[1])
+  redis.pcall(publish, ARGV[2] .. wake, ARGV[1])
 end
 return 1

@@ -18,10 +18,13 @@
 --   n>0  still held by the owner with n levels left
 --   -1   not held by this hold (expired, lost, never taken, or a newer hold of
 --        the same owner, told apart by its token): nothing changed
---   error "WRONGTYPE <type>" when KEYS[1] is not a hash; nothing changed
+--   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash, or the server's own
+--        refusal (OOM, READONLY, ...); nothing changed
 --
 -- Side effects: HINCRBY -1 of the owner's field; at zero the hash (whose only
--- field is the owner's) is deleted and the channel is told.
+-- field is the owner's) is deleted and the channel is told. A refused
+-- PUBLISH (an ACL without channel rights) does not turn the release into an
+-- error: the lock is free, and waiters wake at their lease bound.
 --
 -- Replays: while levels remain, KEYS[3] records the reply, so a replay never
 -- subtracts twice. A release that freed the lock needs no record when the
@@ -37,7 +40,7 @@ end
 
 local count = redis.pcall('HGET', KEYS[1], ARGV[1])
 if type(count) == 'table' then
-  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[1])['ok'])
+  return refused(count, 1)
 end
 if not count then
   return -1
@@ -60,7 +63,7 @@ if count > 0 then
 end
 -- The owner's field is the only one of a non-fair lock: the key is ours.
 redis.call('DEL', KEYS[1])
-redis.call(publish, KEYS[2], ARGV[4])
+redis.pcall(publish, KEYS[2], ARGV[4])
 if ARGV[5] == '' then
   redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])
 end

@@ -12,7 +12,7 @@
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. kind)
+  return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
 end
 local token = redis.pcall('GET', KEYS[2])
 if type(token) == 'table' then

@@ -73,7 +73,7 @@ pub enum Error {
     /// operation (the others failed or are waiting out a delayed rejoin).
     /// Nothing is held; what a minority may have done is undone in the
     /// background or bounded by the lease.
-    #[error("{op} reached {reached} of {masters} masters, {needed} needed (a majority); last failure: {last}")]
+    #[error("{op} reached {reached} of {masters} masters, {needed} needed (a majority); failures: {last}")]
     QuorumNotReached {
         /// The operation.
         op: &'static str,
@@ -83,7 +83,8 @@ pub enum Error {
         needed: usize,
         /// Masters configured.
         masters: usize,
-        /// The last failure seen, as text.
+        /// Why the other masters did not count: each distinct failure
+        /// seen, as text, separated by "; ".
         last: String,
     },
     /// The server refused the command.
@@ -112,7 +113,11 @@ pub enum RedisErrorKind {
     OutOfMemory,
     /// The server is busy running a script or loading its data (`BUSY`, `LOADING`).
     Busy,
-    /// A cluster routing problem (`MOVED`, `ASK`, `CLUSTERDOWN`, `CROSSSLOT`).
+    /// A replica that lost its master and serves no stale data
+    /// (`MASTERDOWN`): a failover or a broken link, usually passing.
+    MasterDown,
+    /// A cluster routing problem (`MOVED`, `ASK`, `CLUSTERDOWN`, `CROSSSLOT`,
+    /// `TRYAGAIN`).
     Cluster,
     /// Anything else.
     Other,
@@ -130,7 +135,11 @@ impl Error {
             Error::Connection { .. } | Error::Timeout { .. } | Error::QuorumNotReached { .. } => true,
             Error::Redis { kind, .. } => matches!(
                 kind,
-                RedisErrorKind::ReadOnly | RedisErrorKind::OutOfMemory | RedisErrorKind::Busy | RedisErrorKind::Cluster
+                RedisErrorKind::ReadOnly
+                    | RedisErrorKind::OutOfMemory
+                    | RedisErrorKind::Busy
+                    | RedisErrorKind::MasterDown
+                    | RedisErrorKind::Cluster
             ),
             _ => false,
         }
@@ -145,15 +154,35 @@ impl Error {
         )
     }
 
+    /// The error of a script call on `keys`. A script names the key of a
+    /// wrong type by its place in KEYS (`WRONGTYPE <type> <i>`, see
+    /// `lua/shared.lua`); the server's own WRONGTYPE names none, and is put
+    /// on the first key.
+    pub(crate) fn from_script(op: &'static str, keys: &[&str], timeout: Duration, e: fred::error::Error) -> Error {
+        let first = keys.first().copied().unwrap_or("");
+        if let Some(rest) = e.details().strip_prefix("WRONGTYPE ") {
+            let mut words = rest.split_whitespace();
+            if let (Some(found), Some(i), None) = (words.next(), words.next(), words.next()) {
+                if let Some(key) = i.parse::<usize>().ok().and_then(|i| keys.get(i.checked_sub(1)?)) {
+                    return Error::WrongType {
+                        key: key.to_string(),
+                        found: found.to_string(),
+                    };
+                }
+            }
+        }
+        Error::from_redis(op, first, timeout, e)
+    }
+
     pub(crate) fn from_redis(op: &'static str, key: &str, timeout: Duration, e: fred::error::Error) -> Error {
         use fred::error::ErrorKind as K;
         let details = e.details().to_string();
         if let Some(found) = details.strip_prefix("WRONGTYPE") {
-            let found = found.trim();
-            let found = if found.is_empty() {
-                "another type".to_string()
-            } else {
-                found.to_string()
+            // The server's own wording ("Operation against a key holding
+            // the wrong kind of value") names no type.
+            let found = match found.split_whitespace().next() {
+                Some(word) if word.chars().all(|c| c.is_ascii_lowercase()) => word.to_string(),
+                _ => "another type".to_string(),
             };
             return Error::WrongType {
                 key: key.to_string(),
@@ -199,7 +228,17 @@ fn classify(details: &str) -> RedisErrorKind {
         "READONLY" => RedisErrorKind::ReadOnly,
         "OOM" => RedisErrorKind::OutOfMemory,
         "BUSY" | "LOADING" => RedisErrorKind::Busy,
+        "MASTERDOWN" => RedisErrorKind::MasterDown,
         "MOVED" | "ASK" | "CLUSTERDOWN" | "CROSSSLOT" | "TRYAGAIN" => RedisErrorKind::Cluster,
+        // An ACL refusal inside a script is worded "ERR The user executing
+        // the script can't ..." (Redis 7.0); elsewhere NOPERM may follow
+        // another word.
+        _ if details.contains("NOPERM")
+            || details.contains("user executing the script can't")
+            || details.contains("no permissions to") =>
+        {
+            RedisErrorKind::NoPermission
+        }
         _ => RedisErrorKind::Other,
     }
 }

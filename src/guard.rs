@@ -63,7 +63,9 @@ impl LockGuard {
 
     /// The fencing token of this hold: strictly greater than every token
     /// handed out before for this lock, and the same for every re-entry of
-    /// the hold. Pass it to the resource you protect and have it reject
+    /// the hold. A new lock's tokens start at the server's clock in
+    /// microseconds (so a lost counter restarts above the old tokens) and
+    /// grow by one per fresh hold; they stay below 2^53. Pass it to the resource you protect and have it reject
     /// writes carrying a lower token than one it has seen.
     pub fn token(&self) -> u64 {
         self.hold.token

@@ -28,6 +28,9 @@ pub const MAX_NAME_LEN: usize = 512;
 /// The fixed namespace of every companion key and channel.
 pub const NAMESPACE: &str = "lockwarden";
 
+/// The start of every companion key; no lock key may start with it.
+pub(crate) const RESERVED: &str = "lockwarden:";
+
 /// Every Redis key and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
@@ -65,6 +68,13 @@ impl LockKeys {
         }
         if full.chars().any(char::is_control) {
             return Err(invalid("the name contains control characters"));
+        }
+        // Every companion key starts with the namespace: a lock key that
+        // did too could be another lock's counter, queue or record.
+        if full.starts_with(RESERVED) {
+            return Err(invalid(
+                "keys starting with \"lockwarden:\" (prefix included) are reserved for lockwarden's own keys",
+            ));
         }
         let base = match hash_tag(&full) {
             Tag::Some => format!("{NAMESPACE}:#{full}"),
@@ -171,7 +181,7 @@ mod tests {
 
     #[test]
     fn bad_names_are_rejected() {
-        for bad in ["", "a{}b", "a}b", "a{b", "x\ny"] {
+        for bad in ["", "a{}b", "a}b", "a{b", "x\ny", "lockwarden:{x}:token", "lockwarden:x"] {
             assert!(
                 matches!(LockKeys::new("", bad), Err(Error::InvalidName { .. })),
                 "{bad:?}"
@@ -180,5 +190,7 @@ mod tests {
         assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
         assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
         assert!(LockKeys::new("p:", &"x".repeat(MAX_NAME_LEN - 1)).is_err());
+        assert!(LockKeys::new("lockwarden", ":x").is_err(), "the prefix counts");
+        assert!(LockKeys::new("", "lockwardenx").is_ok());
     }
 }

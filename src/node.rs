@@ -30,20 +30,28 @@ impl Script {
     }
 }
 
+/// The helpers of `lua/shared.lua`, put in front of every script that
+/// writes a lock: `refused` (a refusal that names its key) and `next_token`.
+macro_rules! with_shared {
+    ($file:literal) => {
+        concat!(include_str!("../lua/shared.lua"), include_str!($file))
+    };
+}
+
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", include_str!("../lua/acquire.lua")));
+    LazyLock::new(|| Script::new("acquire", with_shared!("../lua/acquire.lua")));
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", include_str!("../lua/release.lua")));
+    LazyLock::new(|| Script::new("release", with_shared!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../lua/renew.lua")));
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", include_str!("../lua/fair_acquire.lua")));
+    LazyLock::new(|| Script::new("acquire", with_shared!("../lua/fair_acquire.lua")));
 pub(crate) static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", include_str!("../lua/fair_release.lua")));
+    LazyLock::new(|| Script::new("release", with_shared!("../lua/fair_release.lua")));
 pub(crate) static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("leave", include_str!("../lua/fair_leave.lua")));
+    LazyLock::new(|| Script::new("leave", with_shared!("../lua/fair_leave.lua")));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", include_str!("../lua/status.lua")));
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new("raise_token", include_str!("../lua/raise_token.lua")));
+    LazyLock::new(|| Script::new("raise_token", with_shared!("../lua/raise_token.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
 
@@ -84,7 +92,8 @@ impl Node {
     /// EVAL on NOSCRIPT.
     pub(crate) async fn load_scripts(&self) {
         use fred::prelude::LuaInterface;
-        for script in [
+        // All at once: one round trip, not one per script.
+        futures::future::join_all([
             &*ACQUIRE,
             &*RELEASE,
             &*RENEW,
@@ -93,7 +102,8 @@ impl Node {
             &*FAIR_RELEASE,
             &*FAIR_LEAVE,
             &*RAISE_TOKEN,
-        ] {
+        ]
+        .map(|script| async move {
             let r: std::result::Result<(), fred::error::Error> = if self.client.is_clustered() {
                 self.client.script_load_cluster::<(), _>(script.src).await
             } else {
@@ -102,7 +112,8 @@ impl Node {
             if let Err(e) = r {
                 tracing::debug!(op = script.op, error = %e, "SCRIPT LOAD failed; the first call will send the script");
             }
-        }
+        }))
+        .await;
     }
 
     /// How scripts publish unlock messages: sharded pub/sub on a cluster
@@ -193,7 +204,7 @@ impl Node {
                     use_eval = true;
                 }
                 Err(e) => {
-                    let err = Error::from_redis(script.op, keys.first().copied().unwrap_or(""), timeout, e);
+                    let err = Error::from_script(script.op, keys, timeout, e);
                     let left = deadline.saturating_duration_since(Instant::now());
                     if !matches!(err, Error::Connection { .. }) || left <= backoff {
                         return Err(err);
@@ -370,6 +381,27 @@ impl Node {
             )
             .await?;
         Ok(reply.max(0) as u64)
+    }
+
+    /// Whether this connection's ACL user may publish on `channel`: one
+    /// PUBLISH that nobody hears (no lock has the channel's name). `Ok(false)`
+    /// only for a NOPERM refusal; other failures are errors.
+    pub(crate) async fn may_publish(&self, channel: &str) -> Result<bool> {
+        let r: std::result::Result<i64, _> = self
+            .client
+            .custom(
+                CustomCommand::new_static("PUBLISH", ClusterHash::Random, false),
+                vec![channel, ""],
+            )
+            .await;
+        match r.map_err(|e| Error::from_redis("connect", "", self.command_timeout, e)) {
+            Ok(_) => Ok(true),
+            Err(Error::Redis {
+                kind: crate::error::RedisErrorKind::NoPermission,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The server's `run_id` and uptime (INFO server).

@@ -47,7 +47,10 @@ fn release_without_telling(server: &RedisServer, name: &str, field: &str) -> Rep
     let (rec, req_prefix) = (format!("{base}:req:test-release"), format!("{base}:req:"));
     server.cmd(&[
         "EVAL",
-        include_str!("../lua/fair_release.lua"),
+        concat!(
+            include_str!("../lua/shared.lua"),
+            include_str!("../lua/fair_release.lua")
+        ),
         "6",
         name,
         &queue,

@@ -349,6 +349,9 @@ async fn tokens_need_the_write_back() {
         let c = quorum(&servers, Duration::from_millis(100)).await;
         let lock = c.lock("diverged").unwrap();
         let token_key = "lockwarden:{diverged}:token";
+        // Existing counters (a new one starts at the server's clock).
+        servers[0].cmd(&["SET", token_key, "5"]);
+        servers[1].cmd(&["SET", token_key, "5"]);
         servers[2].cmd(&["SET", token_key, "100"]);
         let g = lock
             .try_lock(Duration::from_secs(1), Duration::from_secs(5))

@@ -1,0 +1,40 @@
+-- shared: helpers that node.rs puts in front of every script that writes a
+-- lock (a script cannot load another one).
+--
+-- refused(e, i)  the reply for a call on KEYS[i] that the server refused
+--                with the error table e. A wrong type becomes
+--                "WRONGTYPE <type found> <i>", so the caller can name the
+--                key; any other refusal (OOM, READONLY, NOPERM, ...) is
+--                passed on as the server worded it, so a full or read-only
+--                server is never reported as a wrong type.
+-- next_token(i)  the next fencing token of the counter at KEYS[i], or nil
+--                and the refusal reply. The counter is INCRed; one that did
+--                not exist (a new lock, or a counter lost to FLUSHALL, to a
+--                restart without persistence or to eviction) starts at the
+--                server's clock in microseconds instead of at 1. Tokens
+--                grow by one per fresh hold, far slower than the clock, so
+--                a restarted counter is above every token handed out before
+--                unless the server's clock now reads earlier than when the
+--                lost counter started.
+
+local function refused(e, i)
+  local text = e.err or tostring(e)
+  if string.sub(text, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[i])['ok'] .. ' ' .. i)
+  end
+  return redis.error_reply(text)
+end
+
+local function next_token(i)
+  local token = redis.pcall('INCR', KEYS[i])
+  if type(token) == 'table' then
+    return nil, refused(token, i)
+  end
+  if token == 1 then
+    local t = redis.call('TIME')
+    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[i], string.format('%d', token))
+  end
+  return token
+end
+
