@@ -25,6 +25,9 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default per-node timeout of a quorum of masters (the command timeout
 /// when several masters are given).
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+/// The default time a wait without a deadline retries retryable errors
+/// ([`ClientBuilder::retry_transient_for`]).
+pub const DEFAULT_RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(10);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Shortest accepted watchdog lease: renewing every lease/3 must leave room
@@ -43,6 +46,8 @@ pub(crate) struct Settings {
     pub(crate) watchdog_lease: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) metric_lock_names: bool,
+    /// How long a wait without a deadline retries retryable errors.
+    pub(crate) retry_transient_for: Duration,
 }
 
 /// Builds a [`Client`]; see [`Client::builder`].
@@ -57,9 +62,24 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     fair_waiter_timeout: Duration,
     metric_lock_names: bool,
+    retry_transient_for: Duration,
 }
 
 impl ClientBuilder {
+    /// How long [`Lock::lock`](crate::Lock::lock) (a wait without a
+    /// deadline) keeps retrying while every attempt fails with a retryable
+    /// error ([`Error::is_retryable`]: Redis unreachable or slow, a majority
+    /// not reached, a failover under way): it returns the last error once
+    /// failures have lasted this long without a single answer in between.
+    /// [`Lock::try_lock`](crate::Lock::try_lock) retries until its own wait
+    /// ends instead. Retries back off from 50 ms to 1 s. Defaults to
+    /// [`DEFAULT_RETRY_TRANSIENT_FOR`] (10 s); zero returns the first error.
+    /// Must be at most 30 days.
+    pub fn retry_transient_for(mut self, limit: Duration) -> Self {
+        self.retry_transient_for = limit;
+        self
+    }
+
     /// Label metrics with the lock's name (`lock="..."`). Defaults to off:
     /// one time series per lock name can be too many for a metrics backend,
     /// and names may be sensitive.
@@ -158,6 +178,7 @@ impl ClientBuilder {
             check_duration("rejoin delay", d, Duration::from_millis(1))?;
         }
         check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
+        check_duration("retry time", self.retry_transient_for, Duration::ZERO)?;
         check_duration(
             "fair waiter timeout",
             self.fair_waiter_timeout,
@@ -166,30 +187,45 @@ impl ClientBuilder {
         if self.prefix.len() > crate::keys::MAX_NAME_LEN / 2 {
             return Err(Error::Config("the key prefix is longer than 256 bytes".into()));
         }
+        if self.prefix.starts_with(crate::keys::RESERVED) {
+            return Err(Error::Config(format!(
+                "the key prefix {:?} starts with {:?}, which is reserved for lockwarden's own keys",
+                self.prefix,
+                crate::keys::RESERVED
+            )));
+        }
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
 
         let connect_timeout = self.connect_timeout;
         let quorum = n > 1;
         let sentinel_configs: Vec<Config> = configs.clone();
-        let masters = futures::future::join_all(
-            configs
-                .into_iter()
-                .map(|config| connect_master(config, connect_timeout, command_timeout, quorum)),
-        )
-        .await;
         let mut clients = Vec::with_capacity(n);
         let mut subscribers = Vec::with_capacity(n);
-        let mut errors = Vec::new();
-        let mut up = 0;
-        for m in masters {
-            let (client, sub, connected) = m?;
-            match connected {
-                Ok(()) => up += 1,
-                Err(e) => errors.push(e),
-            }
+        for config in configs {
+            let (client, sub) = master_clients(config, connect_timeout, command_timeout, quorum)?;
             clients.push(client);
             subscribers.push(sub);
+        }
+        // In a quorum the client is usable once a majority is up: masters
+        // still connecting (stopped, or slow) join in the background.
+        let connecting = clients
+            .iter()
+            .zip(&subscribers)
+            .map(|(client, sub)| bring_up(client.clone(), sub.clone(), connect_timeout, quorum))
+            .collect();
+        let connected = crate::quorum::majority_then_grace(connecting, Result::is_ok, command_timeout).await;
+        let mut errors = Vec::new();
+        let mut up = 0;
+        for r in connected {
+            match r {
+                Some(Ok(())) => up += 1,
+                Some(Err(e)) => errors.push(e),
+                None => errors.push(Error::Timeout {
+                    op: "connect",
+                    timeout: connect_timeout,
+                }),
+            }
         }
         if up < crate::quorum::majority(n) {
             return Err(crate::quorum::quorum_error("connect", n, up, errors));
@@ -216,10 +252,29 @@ impl ClientBuilder {
                 Arc::new(Member::new(node, i, self.rejoin_delay, quorum))
             })
             .collect();
-        if quorum || self.rejoin_delay.is_some() {
-            check_masters(&members).await?;
-        }
-        futures::future::join_all(members.iter().map(|m| m.node.load_scripts())).await;
+        let (masters_checked, channels_checked) = futures::future::join(
+            async {
+                if quorum || self.rejoin_delay.is_some() {
+                    check_masters(&members).await
+                } else {
+                    Ok(())
+                }
+            },
+            check_channel_rights(&members, &self.prefix),
+        )
+        .await;
+        masters_checked?;
+        channels_checked?;
+        // Loading is an optimisation (a call falls back to EVAL on
+        // NOSCRIPT): masters slow to answer finish it in the background.
+        let loads = members
+            .iter()
+            .map(|m| {
+                let m = m.clone();
+                async move { m.node.load_scripts().await }
+            })
+            .collect();
+        crate::quorum::majority_then_grace(loads, |_| true, command_timeout).await;
         for m in members.iter().filter(|_| self.rejoin_delay.is_some()) {
             // A re-opened connection may lead to a restarted, empty master.
             let mut reconnects = m.node.client.reconnect_rx();
@@ -245,6 +300,7 @@ impl ClientBuilder {
                 watchdog_lease: self.watchdog_lease,
                 command_timeout,
                 metric_lock_names: self.metric_lock_names,
+                retry_transient_for: self.retry_transient_for,
             },
             runtime: runtime.clone(),
             sentinel_watchers,
@@ -258,15 +314,13 @@ impl ClientBuilder {
     }
 }
 
-/// Opens one master's command and subscriber connections. With one master a
-/// failure is the build's error; in a quorum the connections keep retrying in
-/// the background and the third value says whether they are up yet.
-async fn connect_master(
+/// Makes one master's command and subscriber clients (not connected yet).
+fn master_clients(
     config: Config,
     connect_timeout: Duration,
     command_timeout: Duration,
     quorum: bool,
-) -> Result<(fred::clients::Client, fred::clients::SubscriberClient, Result<()>)> {
+) -> Result<(fred::clients::Client, fred::clients::SubscriberClient)> {
     let mut config = config;
     // In a quorum a master that is down at start-up joins when it comes up.
     config.fail_fast = !quorum;
@@ -294,10 +348,23 @@ async fn connect_master(
     let fred_err = |e: fred::error::Error| Error::from_redis("connect", "", connect_timeout, e);
     let client = builder.build().map_err(fred_err)?;
     let sub = builder.build_subscriber_client().map_err(fred_err)?;
+    Ok((client, sub))
+}
+
+/// Opens one master's connections. With one master a failure is the build's
+/// error; in a quorum the connections keep retrying in the background and
+/// the result says whether they are up yet.
+async fn bring_up(
+    client: fred::clients::Client,
+    sub: fred::clients::SubscriberClient,
+    connect_timeout: Duration,
+    quorum: bool,
+) -> Result<()> {
+    let fred_err = |e: fred::error::Error| Error::from_redis("connect", "", connect_timeout, e);
     if !quorum {
         client.init().await.map_err(fred_err)?;
         sub.init().await.map_err(fred_err)?;
-        return Ok((client, sub, Ok(())));
+        return Ok(());
     }
     // The connection tasks run until the client quits.
     drop(client.connect());
@@ -306,14 +373,13 @@ async fn connect_master(
         client.wait_for_connect().await.map_err(fred_err)?;
         sub.wait_for_connect().await.map_err(fred_err)
     };
-    let up = match tokio::time::timeout(connect_timeout, up).await {
+    match tokio::time::timeout(connect_timeout, up).await {
         Ok(r) => r,
         Err(_) => Err(Error::Timeout {
             op: "connect",
             timeout: connect_timeout,
         }),
-    };
-    Ok((client, sub, up))
+    }
 }
 
 /// Refuses a server listed twice (it would count twice toward the
@@ -321,19 +387,32 @@ async fn connect_master(
 /// Masters that do not answer now are told apart when they come up, and do
 /// not count until then.
 async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
-    let ids = futures::future::join_all(members.iter().map(|m| m.node.identity())).await;
+    let asks = members
+        .iter()
+        .map(|m| {
+            let m = m.clone();
+            async move { m.node.identity().await }
+        })
+        .collect();
+    let grace = members[0].node.command_timeout;
+    let ids = crate::quorum::majority_then_grace(asks, Result::is_ok, grace).await;
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut later = Vec::new();
     for (i, id) in ids.into_iter().enumerate() {
         let (run_id, uptime) = match id {
-            Ok(id) => id,
+            Some(Ok(id)) => id,
+            // Not answering yet: checked when it does.
+            None => {
+                later.push(i);
+                continue;
+            }
             // Down or unreachable: checked when it comes up.
-            Err(e) if e.is_outcome_unknown() => {
+            Some(Err(e)) if e.is_outcome_unknown() => {
                 later.push(i);
                 continue;
             }
             // It answered, but not INFO (an ACL, say): it cannot be checked.
-            Err(_) => continue,
+            Some(Err(_)) => continue,
         };
         members[i].observe_uptime(uptime);
         if run_id.is_empty() {
@@ -352,6 +431,44 @@ async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses an ACL user that may not publish on lockwarden's channels (Redis
+/// 7 gives new users no channel at all): every unlock would delete the
+/// lock and then fail to wake its waiters, who would sleep out the
+/// holder's whole lease. One PUBLISH per master on a channel of the
+/// namespace that no lock uses; masters that do not answer are not judged.
+async fn check_channel_rights(members: &[Arc<Member>], prefix: &str) -> Result<()> {
+    let probe = LockKeys::new(prefix, "lockwarden-connect-check")?.channel;
+    let probes = members
+        .iter()
+        .map(|m| {
+            let (m, probe) = (m.clone(), probe.clone());
+            async move { m.node.may_publish(&probe).await }
+        })
+        .collect();
+    let grace = members[0].node.command_timeout;
+    let answers = crate::quorum::majority_then_grace(probes, Result::is_ok, grace).await;
+    if answers.iter().any(|a| matches!(a, Some(Ok(false)))) {
+        return Err(Error::Redis {
+            op: "connect",
+            kind: crate::error::RedisErrorKind::NoPermission,
+            message: format!(
+                "the ACL user may not publish on lockwarden's channels (tried {probe:?}): waiters could not be \
+                 woken; grant them with `ACL SETUSER <user> &lockwarden:*`"
+            ),
+        });
+    }
+    // A refusal a retry cannot fix (a missing password, say) is the
+    // build's error: every lock call would meet it.
+    match answers
+        .into_iter()
+        .flatten()
+        .find_map(|a| a.err().filter(|e| !e.is_retryable()))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// URL schemes fred understands; it silently accepts others (`http://`).
@@ -594,6 +711,7 @@ impl Client {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
             metric_lock_names: false,
+            retry_transient_for: DEFAULT_RETRY_TRANSIENT_FOR,
         }
     }
 

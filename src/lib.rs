@@ -50,7 +50,14 @@
 //! - No acquire or release is applied twice, even when a reply is lost and
 //!   the call is retried: each carries a request id that the scripts record.
 //! - Every fresh hold gets a fencing token strictly greater than all earlier
-//!   tokens of that lock ([`LockGuard::token`]); re-entries share it.
+//!   tokens of that lock ([`LockGuard::token`]); re-entries share it. A
+//!   token counter lost to a flush, a restart without persistence or
+//!   eviction restarts at the server's clock in microseconds, above every
+//!   earlier token, unless that clock now reads earlier than when the lost
+//!   counter started (a clock set back).
+//! - Retryable failures (Redis unreachable for a moment, a failover) do not
+//!   end a wait: `try_lock` retries until its wait is over, `lock` for
+//!   [`ClientBuilder::retry_transient_for`].
 //! - A guard whose lock was lost (key deleted, flushed, lease run out with
 //!   no confirmed renewal) says so: [`LockGuard::is_lost`],
 //!   [`LockGuard::lost`]. A lost lock is never re-created by the watchdog.
@@ -65,8 +72,10 @@
 //!   minority of masters; a hold is valid for its lease minus the time
 //!   acquiring took and a clock-drift allowance ([`LockGuard::validity`]);
 //!   fencing tokens stay increasing (the chosen token is written back to a
-//!   majority). A master that restarts empty and counts at once can break
-//!   mutual exclusion: see [`ClientBuilder::rejoin_delay`].
+//!   majority; a lost counter restarts at its master's clock, so masters'
+//!   clocks must agree to within the time between fresh holds). A master
+//!   that restarts empty and counts at once can break mutual exclusion: see
+//!   [`ClientBuilder::rejoin_delay`].
 //!
 //! # What is *not* guaranteed
 //!
@@ -111,7 +120,8 @@ mod watchdog;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_TRANSIENT_FOR, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE,
+    MIN_WATCHDOG_LEASE,
 };
 pub use error::{Error, RedisErrorKind, Result};
 pub use guard::LockGuard;

@@ -94,8 +94,14 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// Redis errors ([`Error::Connection`], [`Error::Timeout`], [`Error::Redis`])
-    /// end the wait; [`Error::WrongType`] when the key holds something else.
+    /// A retryable error ([`Error::is_retryable`]: Redis unreachable or
+    /// slow, a majority not reached, a read-only replica during a failover,
+    /// ...) is retried with a backoff; the last one is returned once
+    /// failures have lasted
+    /// [`ClientBuilder::retry_transient_for`](crate::ClientBuilder::retry_transient_for)
+    /// (10 s by default) with no answer in between. Other errors end the wait
+    /// at once: [`Error::WrongType`] when a key of the lock holds something
+    /// else, [`Error::Redis`] for a refusal such as a missing permission.
     ///
     /// # Cancel safety
     ///
@@ -151,7 +157,10 @@ impl Lock {
     ///
     /// [`Error::InvalidDuration`] for a wait above 30 days or a fixed lease of
     /// below [`MIN_LEASE`](crate::MIN_LEASE) (10 ms) or above 30 days (nothing is
-    /// sent); otherwise as [`Lock::lock`].
+    /// sent). A retryable error is retried with a backoff until `wait` is
+    /// over, and the last one is returned then (not `Ok(None)`: Redis did
+    /// not answer, so whether the lock is free is unknown); with a zero
+    /// `wait` the first error is returned. Other errors as [`Lock::lock`].
     ///
     /// # Cancel safety
     ///
@@ -463,14 +472,17 @@ impl Lock {
         // saves the waiter's acquire round trip. Every attempt of the wait
         // then carries the same request id, whose record an unlock fills
         // with the grant (so a lost message only delays). No record exists
-        // before a success, so re-using the id across attempts is safe.
-        let request = (fair && will_wait && self.inner.members.len() == 1).then(crate::client::fresh_request_id);
+        // before a success, so re-using the id across attempts is safe,
+        // except after an attempt whose outcome is unknown: the quorum layer
+        // then re-sends that request in the background and gives back what
+        // it got, so the wait goes on under a new id (see `renew_request`).
+        let mut request = (fair && will_wait && self.inner.members.len() == 1).then(crate::client::fresh_request_id);
         let wake = request.as_ref().map(|_| crate::client::WakeId::take(&self.inner));
-        let grant = request.as_deref().zip(wake.as_ref().map(|w| w.name.as_str()));
+        let wake_name = wake.as_ref().map(|w| w.name.as_str());
         let mut queued = QueueExit {
             lock: self,
             owner: &pin.owner.field,
-            request: request.as_deref(),
+            request: request.clone(),
             armed: fair && will_wait,
         };
         // A fair waiter is woken on a channel of its own (its wake id's, or
@@ -491,28 +503,52 @@ impl Lock {
         // First attempt without subscribing: the uncontended path is a
         // single script call.
         let first_sent = Instant::now();
-        let first_pttl = match self.attempt(&pin, lease, will_wait, grant).await? {
-            Ok(guard) => {
+        let mut retries = Retries::new(self, deadline);
+        let mut first = true;
+        let first_pttl = match self
+            .attempt(&pin, lease, will_wait, request.as_deref().zip(wake_name))
+            .await
+        {
+            Ok(Ok(guard)) => {
                 queued.armed = false; // taking the lock removed us from the queue
                 return Ok(Some(guard));
             }
-            Err((pttl, _)) => pttl,
+            Ok(Err((pttl, _))) => pttl,
+            Err(e) => {
+                // Nothing is known of the lock: the loop's first turn makes a
+                // full attempt after the pause.
+                first = false;
+                renew_request(&e, &mut request, &mut queued);
+                tokio::time::sleep(retries.after(e)?).await;
+                0
+            }
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             queued.leave_now().await;
             return Ok(None);
         }
         let interest = early.unwrap_or_else(|| self.inner.pubsub.interest(&channel));
-        // Subscribing counts against the wait like everything else.
-        match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), interest.ready()).await {
-                Ok(subscribed) => subscribed?,
-                Err(_) => {
-                    queued.leave_now().await;
-                    return Ok(None);
+        // Subscribing counts against the wait like everything else, and is
+        // retried like an attempt.
+        let subscribed = async {
+            loop {
+                match interest.ready().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => {
+                        let pause = retries.after(e)?;
+                        tokio::time::sleep(pause).await;
+                    }
                 }
-            },
-            None => interest.ready().await?,
+            }
+        };
+        match deadline {
+            Some(d) => {
+                if tokio::time::timeout_at(d.into(), subscribed).await.is_err() {
+                    queued.leave_now().await;
+                    return retries.at_deadline();
+                }
+            }
+            None => subscribed.await?,
         }
         // Live fair waiters re-run the acquire script (refreshing their
         // deadline) three times per waiter timeout, however long the holder
@@ -522,7 +558,6 @@ impl Lock {
         let mut split_backoff = Duration::from_millis(5);
         let _waiting = crate::observe::Waiting::enter(&self.inner.uuid);
         let mut sent_at = first_sent;
-        let mut first = true;
         loop {
             // Registered before the attempt: an unlock landing between the
             // attempt and the sleep still wakes us. (The first attempt above
@@ -536,21 +571,39 @@ impl Lock {
             // neither, its queued place and its first attempt's answer stand
             // (a later grant arrives as a message, or in the record).
             let unchanged = match (first, request.as_deref()) {
-                (true, Some(_)) if subscribed_first => true,
-                (true, Some(id)) => !self.inner.first().worth_an_attempt(&self.keys, id).await?,
-                _ => false,
+                (true, Some(_)) if subscribed_first => Ok(true),
+                (true, Some(id)) => self
+                    .inner
+                    .first()
+                    .worth_an_attempt(&self.keys, id)
+                    .await
+                    .map(|worth| !worth),
+                _ => Ok(false),
             };
             first = false;
-            let (pttl, split) = if unchanged {
-                (first_pttl, false)
-            } else {
-                sent_at = Instant::now();
-                match self.attempt(&pin, lease, true, grant).await? {
-                    Ok(guard) => {
-                        queued.armed = false; // taking the lock removed us from the queue
-                        return Ok(Some(guard));
-                    }
-                    Err(p) => p,
+            let outcome = match unchanged {
+                Ok(true) => Ok(Err((first_pttl, false))),
+                Ok(false) => {
+                    sent_at = Instant::now();
+                    self.attempt(&pin, lease, true, request.as_deref().zip(wake_name)).await
+                }
+                Err(e) => Err(e),
+            };
+            // A retryable failure pauses (backing off) and tries again, until
+            // the deadline or the client's retry limit: a blip must not end
+            // a wait that has time left.
+            let (pttl, split, pause) = match outcome {
+                Ok(Ok(guard)) => {
+                    queued.armed = false; // taking the lock removed us from the queue
+                    return Ok(Some(guard));
+                }
+                Ok(Err((pttl, split))) => {
+                    retries.answered();
+                    (pttl, split, None)
+                }
+                Err(e) => {
+                    renew_request(&e, &mut request, &mut queued);
+                    (0, false, Some(retries.after(e)?))
                 }
             };
             let mut sleep = sleep_hint(pttl);
@@ -581,13 +634,25 @@ impl Lock {
                 }
                 sleep = sleep.min(refresh);
             }
+            if let Some(pause) = pause {
+                sleep = pause;
+            }
             if let Some(d) = deadline {
                 let now = Instant::now();
                 if now >= d {
                     queued.leave_now().await;
-                    return Ok(None);
+                    return retries.at_deadline();
                 }
                 sleep = sleep.min(d - now);
+            }
+            if split || pause.is_some() {
+                // Not woken by messages: after a split, the unlock message
+                // of our own give-back (and every other contender's) would
+                // end the pause at once, and the attempts would spin; after
+                // a failure, a message says nothing about when Redis will
+                // answer again. An unlock during the pause waits for its end.
+                tokio::time::sleep(sleep).await;
+                continue;
             }
             tokio::select! {
                 _ = notified => {
@@ -752,8 +817,23 @@ impl Lock {
 struct QueueExit<'a> {
     lock: &'a Lock,
     owner: &'a Arc<str>,
-    request: Option<&'a str>,
+    /// The wait's current request id, when it asks for direct grants.
+    request: Option<String>,
     armed: bool,
+}
+
+/// After a failed attempt of a wait that asks for direct grants: when the
+/// attempt's outcome is unknown, the quorum layer re-sends it in the
+/// background and gives back whatever it got (a hold, or a grant an unlock
+/// wrote to its record), so the wait must not replay that id and take the
+/// same record as its own: it goes on under a fresh id, which its next
+/// attempt writes into its ask. After a known refusal the id stays: a grant
+/// written to it since is the wait's to claim.
+fn renew_request(e: &Error, request: &mut Option<String>, queued: &mut QueueExit<'_>) {
+    if request.is_some() && e.is_outcome_unknown() {
+        *request = Some(crate::client::fresh_request_id());
+        queued.request = request.clone();
+    }
 }
 
 impl QueueExit<'_> {
@@ -762,7 +842,7 @@ impl QueueExit<'_> {
         if !self.armed {
             return;
         }
-        if self.lock.leave_all(self.owner, self.request).await.is_ok() {
+        if self.lock.leave_all(self.owner, self.request.as_deref()).await.is_ok() {
             self.armed = false;
         }
     }
@@ -773,7 +853,7 @@ impl Drop for QueueExit<'_> {
         if !self.armed {
             return;
         }
-        let (lock, owner, request) = (self.lock.clone(), self.owner.clone(), self.request.map(str::to_owned));
+        let (lock, owner, request) = (self.lock.clone(), self.owner.clone(), self.request.take());
         lock.inner.spawner().spawn(async move {
             let give_up = Instant::now() + lock.inner.first().waiter_timeout;
             let mut pause = Duration::from_millis(50);
@@ -787,6 +867,75 @@ impl Drop for QueueExit<'_> {
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
         });
+    }
+}
+
+/// The retryable failures of one wait. They are retried with a backoff
+/// (50 ms doubling to 1 s, jittered) until the wait's deadline, or for a wait
+/// without one, until they have lasted the client's `retry_transient_for`
+/// with no answer in between; the last error is returned then.
+struct Retries<'a> {
+    lock: &'a Lock,
+    deadline: Option<Instant>,
+    /// When the current run of failures began, and its last error.
+    failing: Option<(Instant, Error)>,
+    backoff: Duration,
+}
+
+impl<'a> Retries<'a> {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new(lock: &'a Lock, deadline: Option<Instant>) -> Retries<'a> {
+        Retries {
+            lock,
+            deadline,
+            failing: None,
+            backoff: Self::FIRST,
+        }
+    }
+
+    /// After a failed call: the pause before trying again, or the error
+    /// when it is not retryable or no time is left.
+    fn after(&mut self, e: Error) -> Result<Duration> {
+        if !e.is_retryable() {
+            return Err(e);
+        }
+        let now = Instant::now();
+        let since = self.failing.as_ref().map_or(now, |(t, _)| *t);
+        let end = self
+            .deadline
+            .unwrap_or_else(|| since + self.lock.inner.settings.retry_transient_for);
+        if now >= end {
+            return Err(e);
+        }
+        let pause = jitter(self.backoff).min(end - now);
+        self.backoff = (self.backoff * 2).min(Self::MAX);
+        crate::observe::acquire_retry(self.lock.labels(), crate::observe::reason(&e));
+        if self.failing.is_none() {
+            tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "acquire attempt failed; retrying");
+        } else {
+            tracing::debug!(error = %e, retry_in_ms = pause.as_millis() as u64, "acquire attempt failed again; retrying");
+        }
+        self.failing = Some((since, e));
+        Ok(pause)
+    }
+
+    /// An attempt was answered: the run of failures is over.
+    fn answered(&mut self) {
+        if self.failing.take().is_some() {
+            tracing::info!("acquire attempts answered again");
+        }
+        self.backoff = Self::FIRST;
+    }
+
+    /// The outcome of a wait whose deadline passed: the last error while
+    /// failures were still going on, otherwise "not acquired".
+    fn at_deadline(&mut self) -> Result<Option<LockGuard>> {
+        match self.failing.take() {
+            Some((_, e)) => Err(e),
+            None => Ok(None),
+        }
     }
 }
 

@@ -59,6 +59,10 @@ mod imp {
         with_lock!(counter, "lockwarden_wakeups_total", l, "source" => source).increment(1);
     }
 
+    pub(crate) fn acquire_retry(l: Labels<'_>, reason: &'static str) {
+        with_lock!(counter, "lockwarden_acquire_retries_total", l, "reason" => reason).increment(1);
+    }
+
     pub(crate) fn renewals(ok: u64, failed: u64) {
         if ok > 0 {
             counter!("lockwarden_renewals_total", "result" => "ok").increment(ok);
@@ -103,6 +107,7 @@ mod imp {
     pub(crate) fn not_acquired(_: Labels<'_>, _: Duration, _: &'static str) {}
     pub(crate) fn released(_: Labels<'_>, _: Duration) {}
     pub(crate) fn wakeup(_: Labels<'_>, _: &'static str) {}
+    pub(crate) fn acquire_retry(_: Labels<'_>, _: &'static str) {}
     pub(crate) fn renewals(_: u64, _: u64) {}
     pub(crate) fn lost(_: &'static str) {}
     pub(crate) fn noscript() {}

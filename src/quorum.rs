@@ -270,6 +270,48 @@ impl<F: Future> Stream for Unordered<F> {
     }
 }
 
+/// Runs one future per master and returns each one's output, `None` for
+/// those still running once a majority of outputs passed `good` and a grace
+/// as long again as that took has passed (at least 20 ms, at most
+/// `max_grace`). Those go on in the background, their outputs dropped: a
+/// stopped master holds nobody up. With one master this waits for it.
+pub(crate) async fn majority_then_grace<T, F>(
+    futures: Vec<F>,
+    good: impl Fn(&T) -> bool,
+    max_grace: Duration,
+) -> Vec<Option<T>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let n = futures.len();
+    let start = Instant::now();
+    let mut pending = Unordered::new(
+        futures
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| async move { (i, f.await) }),
+    );
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    let mut goods = 0;
+    while goods < majority(n) {
+        let Some((i, r)) = pending.next().await else {
+            return out;
+        };
+        goods += usize::from(good(&r));
+        out[i] = Some(r);
+    }
+    let grace = start
+        .elapsed()
+        .clamp(Duration::from_millis(20), max_grace.max(Duration::from_millis(20)));
+    let end = Instant::now() + grace;
+    while let Ok(Some((i, r))) = tokio::time::timeout_at(end.into(), pending.next()).await {
+        out[i] = Some(r);
+    }
+    pending.finish_in_background();
+    out
+}
+
 /// Spawns on the current runtime; with none (a drop after shutdown) the work
 /// is dropped and leases bound what it would have undone.
 fn spawn<F: Future<Output = ()> + Send + 'static>(f: F) {
@@ -306,11 +348,24 @@ pub(crate) fn quorum_error(op: &'static str, n: usize, reached: usize, mut error
         reached,
         needed: majority(n),
         masters: n,
-        last: errors.last().map_or_else(
-            || "masters left out (failing recently, or waiting out the delayed rejoin)".into(),
-            |e| e.to_string(),
-        ),
+        last: describe_failures(&errors),
     }
+}
+
+/// Every distinct failure once, in the order seen, so a quorum error says
+/// why each master did not count (a replica's READONLY, a timeout, ...).
+fn describe_failures(errors: &[Error]) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for e in errors {
+        let text = e.to_string();
+        if !seen.contains(&text) {
+            seen.push(text);
+        }
+    }
+    if seen.is_empty() {
+        return "masters left out (failing recently, or waiting out the delayed rejoin)".into();
+    }
+    seen.join("; ")
 }
 
 /// One acquire attempt on every master.
