@@ -87,9 +87,13 @@ impl RedisServer {
                 self.child = None;
                 return false; // port taken, most likely
             }
+            // Any answer but a broken connection means it is up: a server
+            // with a password, or a replica without its master, answers
+            // PING with an error.
             if let Ok(mut c) = Resp::connect(self.port) {
-                if c.cmd(&["PING"]).as_str() == Some("PONG") {
-                    return true;
+                match c.cmd(&["PING"]) {
+                    Reply::Err(e) if e.starts_with("IO") => {}
+                    _ => return true,
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
