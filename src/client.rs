@@ -13,6 +13,7 @@ use crate::node::Node;
 use crate::owner::{Owner, Owners};
 use crate::pubsub::PubSub;
 use crate::quorum::Member;
+use crate::tls::TlsSettings;
 use crate::watchdog::{self, Holds};
 
 /// The default watchdog lease, as in Redisson.
@@ -54,7 +55,9 @@ pub(crate) struct Settings {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build().await` is called"]
 pub struct ClientBuilder {
-    configs: Vec<std::result::Result<Config, String>>,
+    /// Each master's URL (without its password) and its parsed configuration.
+    configs: Vec<(String, std::result::Result<Config, String>)>,
+    tls: TlsSettings,
     prefix: String,
     watchdog_lease: Duration,
     command_timeout: Option<Duration>,
@@ -66,6 +69,27 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// TLS: trust the CA certificates in `pem` (one or more, PEM-encoded)
+    /// instead of the system's roots when verifying the servers. Needs TLS
+    /// URLs (`rediss://`, `rediss-cluster://`, `rediss-sentinel://`): with
+    /// another URL, [`ClientBuilder::build`] returns [`Error::Config`].
+    /// Without it, a TLS URL is verified against the system's roots.
+    /// A server whose certificate is not signed by these CAs, or does not
+    /// name the host of the URL, is refused.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// TLS: present this client certificate (`chain_pem`, leaf first) and
+    /// its private key (`key_pem`, PKCS#8, PKCS#1 or SEC1), for servers
+    /// started with `tls-auth-clients yes`. Needs TLS URLs, as
+    /// [`ClientBuilder::tls_ca_pem`].
+    pub fn tls_client_cert_pem(mut self, chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client_pem = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// How long [`Lock::lock`](crate::Lock::lock) (a wait without a
     /// deadline) keeps retrying while every attempt fails with a retryable
     /// error ([`Error::is_retryable`]: Redis unreachable or slow, a majority
@@ -153,11 +177,12 @@ impl ClientBuilder {
     ///
     /// Dropping the future drops the half-built client and its connections.
     pub async fn build(self) -> Result<Client> {
-        let configs = self
-            .configs
-            .into_iter()
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(Error::Config)?;
+        let mut configs = Vec::with_capacity(self.configs.len());
+        for (url, config) in self.configs {
+            let mut config = config.map_err(Error::Config)?;
+            self.tls.apply(&mut config, &url)?;
+            configs.push(config);
+        }
         let n = configs.len();
         if n == 0 {
             return Err(Error::Config("no Redis master given".into()));
@@ -366,12 +391,34 @@ async fn bring_up(
         sub.init().await.map_err(fred_err)?;
         return Ok(());
     }
+    // fred retries a failed connection in the background and only reports
+    // it as an event: a failed TLS handshake (which no retry mends) ends
+    // the wait with that error instead of the timeout.
+    let mut errors = client.error_rx();
+    let tls_failure = async move {
+        loop {
+            match errors.recv().await {
+                Ok((e, _)) => {
+                    if let err @ Error::Tls { .. } = fred_err(e) {
+                        return err;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => std::future::pending().await,
+            }
+        }
+    };
     // The connection tasks run until the client quits.
     drop(client.connect());
     drop(sub.connect());
     let up = async {
-        client.wait_for_connect().await.map_err(fred_err)?;
-        sub.wait_for_connect().await.map_err(fred_err)
+        tokio::select! {
+            r = async {
+                client.wait_for_connect().await.map_err(fred_err)?;
+                sub.wait_for_connect().await.map_err(fred_err)
+            } => r,
+            e = tls_failure => Err(e),
+        }
     };
     match tokio::time::timeout(connect_timeout, up).await {
         Ok(r) => r,
@@ -486,6 +533,14 @@ const SCHEMES: &[&str] = &[
     "valkey-sentinel",
     "valkeys-sentinel",
 ];
+
+/// The URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
+        _ => url.to_string(),
+    }
+}
 
 fn parse_url(url: &str) -> std::result::Result<Config, String> {
     let scheme = url.split_once("://").map(|(s, _)| s);
@@ -654,7 +709,7 @@ impl Client {
     /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
     /// The URL is checked by [`ClientBuilder::build`].
     pub fn builder(url: &str) -> ClientBuilder {
-        Self::builder_from_configs(vec![parse_url(url)])
+        Self::builder_from_configs(vec![(redacted(url), parse_url(url))])
     }
 
     /// A builder for a client of a quorum of independent masters (no
@@ -691,19 +746,24 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Self::builder_from_configs(urls.into_iter().map(|u| parse_url(u.as_ref())).collect())
+        Self::builder_from_configs(
+            urls.into_iter()
+                .map(|u| (redacted(u.as_ref()), parse_url(u.as_ref())))
+                .collect(),
+        )
     }
 
     /// A builder from a fred [`Config`], for settings a URL cannot express
     /// (TLS connectors, credentials providers). lockwarden still overrides
     /// the command timeout, reconnect policy and replay settings.
     pub fn builder_from_config(config: Config) -> ClientBuilder {
-        Self::builder_from_configs(vec![Ok(config)])
+        Self::builder_from_configs(vec![("the fred configuration given".into(), Ok(config))])
     }
 
-    fn builder_from_configs(configs: Vec<std::result::Result<Config, String>>) -> ClientBuilder {
+    fn builder_from_configs(configs: Vec<(String, std::result::Result<Config, String>)>) -> ClientBuilder {
         ClientBuilder {
             configs,
+            tls: TlsSettings::default(),
             prefix: String::new(),
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             command_timeout: None,

@@ -87,6 +87,17 @@ pub enum Error {
         /// seen, as text, separated by "; ".
         last: String,
     },
+    /// The TLS handshake failed: the server's certificate is not signed by
+    /// a trusted CA or does not name the URL's host, or the server refused
+    /// the client's certificate. Not retryable: the configuration (CA,
+    /// certificate, URL) has to change.
+    #[error("TLS handshake failed during {op}: {message}")]
+    Tls {
+        /// The operation that failed.
+        op: &'static str,
+        /// What rustls or the server said.
+        message: String,
+    },
     /// The server refused the command.
     #[error("redis refused {op} ({kind:?}): {message}")]
     Redis {
@@ -204,6 +215,9 @@ impl Error {
                 message: format!("{details} (a cluster redirect or a broken connection)"),
             };
         }
+        if is_tls_failure(&e) {
+            return Error::Tls { op, message: details };
+        }
         let kind = match e.kind() {
             K::IO | K::Canceled | K::Routing => return Error::Connection { op, message: details },
             K::Timeout => return Error::Timeout { op, timeout },
@@ -218,6 +232,17 @@ impl Error {
             message: details,
         }
     }
+}
+
+/// A failed TLS handshake: fred's TLS errors, and rustls's verdicts, which
+/// reach fred as I/O errors.
+fn is_tls_failure(e: &fred::error::Error) -> bool {
+    #[cfg(feature = "tls")]
+    if matches!(e.kind(), fred::error::ErrorKind::Tls) {
+        return true;
+    }
+    let d = e.details();
+    d.contains("InvalidCertificate") || d.contains("invalid peer certificate") || d.contains("CertificateRequired")
 }
 
 fn classify(details: &str) -> RedisErrorKind {

@@ -116,6 +116,7 @@ mod pubsub;
 mod quorum;
 mod sentinel;
 mod status;
+mod tls;
 mod watchdog;
 
 pub use client::{

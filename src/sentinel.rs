@@ -38,6 +38,9 @@ pub(crate) fn watch(
     for host in hosts {
         let config = Config {
             server: ServerConfig::Centralized { server: host.clone() },
+            // A TLS deployment's sentinels speak TLS too.
+            #[cfg(feature = "tls")]
+            tls: config.tls.clone(),
             ..Default::default()
         };
         let watcher = match Builder::from_config(config)

@@ -213,6 +213,8 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
         url: ctx.url.clone(),
         urls: vec![ctx.url.clone()],
         prefix: ctx.prefix.clone(),
+        tls_ca: ctx.tls_ca.clone(),
+        tls_client: ctx.tls_client.clone(),
     };
     let client = match single.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
         Ok(c) => c,

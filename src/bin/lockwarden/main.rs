@@ -27,6 +27,17 @@ struct Cli {
     /// Prefix put before every lock name to form its key.
     #[arg(long, value_name = "P", default_value = "", global = true)]
     prefix: String,
+    /// TLS (rediss:// URLs): trust the CA certificates in FILE (PEM)
+    /// instead of the system's roots.
+    #[arg(long, value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// TLS: present the client certificate in FILE (PEM, leaf first), for
+    /// servers that require one; needs --tls-key.
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS: the private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Log to stderr: -v debug, -vv trace.
     #[arg(short, long, action = ArgAction::Count, global = true)]
     verbose: u8,
@@ -149,10 +160,29 @@ async fn dispatch(cli: Cli) -> i32 {
     } else {
         urls
     };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            eprintln!("lockwarden: cannot read {}: {e}", path.display());
+            EX_USAGE
+        })
+    };
+    let tls_ca = match cli.tls_ca.as_deref().map(read).transpose() {
+        Ok(pem) => pem,
+        Err(code) => return code,
+    };
+    let tls_client = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => match (read(cert), read(key)) {
+            (Ok(cert), Ok(key)) => Some((cert, key)),
+            (Err(code), _) | (_, Err(code)) => return code,
+        },
+        _ => None,
+    };
     let ctx = Ctx {
         url: urls[0].clone(),
         urls,
         prefix: cli.prefix.clone(),
+        tls_ca,
+        tls_client,
     };
     match cli.command {
         Command::Run(args) => run::run(&ctx, args).await,
@@ -170,18 +200,35 @@ pub struct Ctx {
     /// Every master given; several form a quorum.
     pub urls: Vec<String>,
     pub prefix: String,
+    /// PEM of --tls-ca.
+    pub tls_ca: Option<Vec<u8>>,
+    /// PEM of --tls-cert and --tls-key.
+    pub tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Ctx {
     /// Connects to the master or the quorum, or says why not and returns
     /// the exit code.
     pub async fn connect(&self, watchdog_lease: Duration) -> Result<Client, i32> {
-        Client::builder_for_masters(&self.urls)
-            .key_prefix(self.prefix.clone())
+        self.builder()
             .watchdog_lease(watchdog_lease)
             .build()
             .await
             .map_err(|e| fail(&format!("cannot use redis at {}", self.urls.join(",")), &e))
+    }
+}
+
+impl Ctx {
+    /// A builder for the masters given, with the prefix and TLS settings.
+    pub fn builder(&self) -> lockwarden::ClientBuilder {
+        let mut b = Client::builder_for_masters(&self.urls).key_prefix(self.prefix.clone());
+        if let Some(ca) = &self.tls_ca {
+            b = b.tls_ca_pem(ca.clone());
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            b = b.tls_client_cert_pem(cert.clone(), key.clone());
+        }
+        b
     }
 }
 
