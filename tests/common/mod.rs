@@ -357,6 +357,12 @@ pub struct RedisSentinel {
 #[allow(dead_code)]
 impl RedisSentinel {
     pub fn start(master: &RedisServer) -> RedisSentinel {
+        Self::start_with(master.port, "")
+    }
+
+    /// A sentinel watching the master at `master_port`, with `extra` lines
+    /// of configuration (TLS settings, say).
+    pub fn start_with(master_port: u16, extra: &str) -> RedisSentinel {
         let dir = std::env::temp_dir().join(format!(
             "lockwarden-sentinel-{}-{}",
             std::process::id(),
@@ -374,9 +380,9 @@ impl RedisSentinel {
                     "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
                      sentinel monitor mymaster 127.0.0.1 {} 1\n\
                      sentinel down-after-milliseconds mymaster 2000\n\
-                     sentinel failover-timeout mymaster 10000\n",
+                     sentinel failover-timeout mymaster 10000\n{extra}",
                     dir.display(),
-                    master.port
+                    master_port
                 ),
             )
             .unwrap();
