@@ -344,3 +344,38 @@ async fn lock_name_labels_are_opt_in() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_during_a_wait_are_counted_and_warned_once_per_run_of_failures() {
+    let _serial = SERIAL.lock().await;
+    recorded();
+    let server = RedisServer::start();
+    let c = lockwarden::Client::builder(&server.url())
+        .command_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let lock = c.lock("retried").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let (before, mark) = (snap(), event_mark());
+    server.pause();
+    let pid = server.pid();
+    let resumer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(600));
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status();
+    });
+    let g = lock.try_lock(Duration::from_secs(5), LONG).await.unwrap().unwrap();
+    resumer.join().unwrap();
+    g.unlock().await.unwrap();
+    let after = snap();
+    let retries = after.counter("lockwarden_acquire_retries_total", &[])
+        - before.counter("lockwarden_acquire_retries_total", &[]);
+    assert!(retries >= 2, "{retries} retries counted");
+    let warns: Vec<_> = events_since(mark)
+        .into_iter()
+        .filter(|(l, m)| *l == tracing::Level::WARN && m.contains("retrying"))
+        .collect();
+    assert_eq!(warns.len(), 1, "one warning for the run of failures: {warns:?}");
+}
