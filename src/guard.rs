@@ -125,6 +125,63 @@ impl LockGuard {
         self.hold.valid_until().saturating_duration_since(Instant::now())
     }
 
+    /// The lease of this hold: the watchdog's (the client's
+    /// `watchdog_lease`) or the fixed one.
+    fn lease_length(&self) -> Duration {
+        match self.lease {
+            Lease::Watchdog => self.inner.settings.watchdog_lease,
+            Lease::Fixed(d) => d,
+        }
+    }
+
+    /// Whether the hold is at risk: less than half of its lease is left of
+    /// its validity ([`LockGuard::validity`], as the masters confirmed it).
+    /// With the watchdog, which renews every lease/3, more than two thirds
+    /// are left while renewals get through, so at risk means a renewal has
+    /// gone unconfirmed; the next one is due before a third of the lease is
+    /// left, and it clears the risk if it is confirmed. With a fixed lease it
+    /// is the lease's second half. A lost hold is at risk too.
+    ///
+    /// Use it to stop work that must not outlive the lock while there is
+    /// still time: the lock is not lost yet, but it will be when the validity
+    /// ends unless a renewal gets through. Each time a hold becomes at risk
+    /// it is counted (`lockwarden_holds_at_risk_total`) and logged once at
+    /// `warn`: by the watchdog for renewed holds, when observed through this
+    /// method or [`LockGuard::at_risk`] for fixed leases.
+    pub fn is_at_risk(&self) -> bool {
+        let at_risk = self.validity() < self.lease_length() / 2;
+        self.hold.note_risk(at_risk);
+        at_risk
+    }
+
+    /// Resolves when the hold is at risk (see [`LockGuard::is_at_risk`]),
+    /// with the validity left then; at once if it is already. It does not
+    /// resolve while renewals keep the validity above half the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn at_risk(&self) -> Duration {
+        let threshold = self.lease_length() / 2;
+        let mut rx = self.hold.subscribe_lost();
+        loop {
+            if self.is_at_risk() {
+                return self.validity();
+            }
+            // The validity moves forward with each confirmed renewal: sleep
+            // until the threshold as it stands, then look again.
+            let due = self
+                .hold
+                .valid_until()
+                .checked_sub(threshold)
+                .unwrap_or_else(Instant::now);
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.into()) => {}
+                _ = rx.wait_for(Option::is_some) => {}
+            }
+        }
+    }
+
     /// Whether the lock was lost (see [`LockGuard::loss_reason`]). A lost lock
     /// is never re-acquired behind the holder's back.
     pub fn is_lost(&self) -> bool {

@@ -72,6 +72,10 @@ mod imp {
         }
     }
 
+    pub(crate) fn at_risk() {
+        counter!("lockwarden_holds_at_risk_total").increment(1);
+    }
+
     pub(crate) fn lost(reason: &'static str) {
         counter!("lockwarden_locks_lost_total", "reason" => reason).increment(1);
     }
@@ -110,6 +114,7 @@ mod imp {
     pub(crate) fn acquire_retry(_: Labels<'_>, _: &'static str) {}
     pub(crate) fn renewals(_: u64, _: u64) {}
     pub(crate) fn lost(_: &'static str) {}
+    pub(crate) fn at_risk() {}
     pub(crate) fn noscript() {}
     pub(crate) fn quorum_attempt(_: &'static str, _: Option<Duration>) {}
     pub(crate) fn node_failure(_: usize) {}

@@ -73,6 +73,8 @@ pub(crate) struct Hold {
     /// latest acquire or renewal a majority confirmed), as µs since `epoch`.
     valid_until_us: AtomicU64,
     epoch: Instant,
+    /// Whether the hold was last seen at risk (see `LockGuard::is_at_risk`).
+    at_risk: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -95,6 +97,7 @@ impl Hold {
             state: Mutex::new(HoldState::default()),
             valid_until_us: AtomicU64::new(0),
             epoch: grant.sent_at,
+            at_risk: std::sync::atomic::AtomicBool::new(false),
         };
         h.extend(grant.valid_until);
         h
@@ -114,6 +117,25 @@ impl Hold {
         if first {
             crate::observe::lost(why.label());
             tracing::warn!(lock = %self.lock_key, reason = why.label(), "lock lost: {why}");
+        }
+    }
+
+    /// Records whether the hold is at risk now: the start of each period at
+    /// risk is counted and logged at `warn`, its end at `info`.
+    pub(crate) fn note_risk(&self, at_risk: bool) {
+        if self.at_risk.swap(at_risk, Ordering::AcqRel) == at_risk {
+            return;
+        }
+        if at_risk {
+            crate::observe::at_risk();
+            let left = self.valid_until().saturating_duration_since(Instant::now());
+            tracing::warn!(
+                lock = %self.lock_key,
+                validity_ms = left.as_millis() as u64,
+                "lock at risk: renewals unconfirmed, less than half of the lease left"
+            );
+        } else if self.lost_reason().is_none() {
+            tracing::info!(lock = %self.lock_key, "lock no longer at risk: a renewal was confirmed");
         }
     }
 
@@ -327,6 +349,9 @@ pub(crate) async fn tick(inner: &Inner) {
             h.mark_lost(LossReason::Gone);
         } else if now >= h.valid_until() {
             h.mark_lost(LossReason::RenewalFailed);
+        }
+        if h.lost_reason().is_none() {
+            h.note_risk(h.valid_until().saturating_duration_since(now) < lease / 2);
         }
     }
 }

@@ -379,3 +379,36 @@ async fn retries_during_a_wait_are_counted_and_warned_once_per_run_of_failures()
         .collect();
     assert_eq!(warns.len(), 1, "one warning for the run of failures: {warns:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_at_risk_is_counted_and_warned_once() {
+    let _serial = SERIAL.lock().await;
+    recorded();
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1500);
+    let c = lockwarden::Client::builder(&server.url())
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let guard = c.lock("risky").unwrap().lock().await.unwrap();
+    let (before, mark) = (snap(), event_mark());
+    server.pause();
+    tokio::time::timeout(lease, guard.at_risk()).await.expect("at risk");
+    // Observed by the guard and by the watchdog's next tick: still one.
+    tokio::time::sleep(lease / 3).await;
+    server.resume();
+    assert!(eventually(lease, || !guard.is_at_risk()).await);
+    let after = snap();
+    assert_eq!(
+        after.counter("lockwarden_holds_at_risk_total", &[]) - before.counter("lockwarden_holds_at_risk_total", &[]),
+        1
+    );
+    let warns: Vec<_> = events_since(mark)
+        .into_iter()
+        .filter(|(l, m)| *l == tracing::Level::WARN && m.contains("at risk"))
+        .collect();
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    guard.unlock().await.unwrap();
+}
