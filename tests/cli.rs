@@ -286,7 +286,7 @@ fn a_command_that_outlives_its_lock_is_terminated_and_run_exits_70() {
         "run",
         "lost",
         "--watchdog-lease",
-        "900ms",
+        "1500ms",
         "--kill-grace",
         "500ms",
         "--",
@@ -303,8 +303,8 @@ fn a_command_that_outlives_its_lock_is_terminated_and_run_exits_70() {
     let took = flushed.elapsed();
     assert_eq!(code(&o), 70, "{}", stderr(&o));
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
-    // One renewal period (300 ms) + the grace (500 ms) + slack.
-    assert!(took < Duration::from_millis(300 + 500 + 700), "took {took:?}");
+    // One renewal period (500 ms) + the grace (500 ms) + slack.
+    assert!(took < Duration::from_millis(500 + 500 + 700), "took {took:?}");
     assert_eq!(server.cmd(&["EXISTS", "lost"]).as_int(), Some(0), "not re-created");
 }
 
@@ -312,6 +312,7 @@ fn a_command_that_outlives_its_lock_is_terminated_and_run_exits_70() {
 fn a_killed_run_leaves_a_lock_another_run_gets_within_the_watchdog_lease() {
     let server = RedisServer::start();
     let mut c = cli(&server);
+    // The default --kill-grace (10 s) shrinks to fit a short lease.
     c.args(["run", "crash", "--watchdog-lease", "2s", "--", "sleep", "5"]);
     let victim = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     assert!(eventually_sync(T, || server.cmd(&["EXISTS", "crash"]).as_int() == Some(1)));
@@ -475,4 +476,141 @@ fn verbose_flags_log_to_stderr() {
     let mut c = cli(&server);
     c.args(["run", "chatty", "--", "true"]);
     assert!(stderr(&run(c, T)).is_empty(), "quiet by default");
+}
+
+/// Processes of process group `pgid` that are still running (not zombies).
+fn group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after ')'.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        if fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A command tree: the shell (which leads its group) and two background
+/// jobs, one of them a subshell with a child of its own. Its group id (the
+/// shell's pid) is written to `file` once everything started.
+fn tree_script(file: &std::path::Path) -> String {
+    format!(
+        "sleep 300 & (sleep 300; true) & sleep 0.1; echo $$ > {}; wait",
+        file.display()
+    )
+}
+
+fn read_pgid(file: &std::path::Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn renewals_failing_stop_the_whole_command_tree_before_the_lease_ends() {
+    let server = RedisServer::start();
+    let dir = tempdir("tree");
+    let file = dir.join("pgid");
+    let mut c = cli(&server);
+    c.args([
+        "run",
+        "tree",
+        "--watchdog-lease",
+        "1500ms",
+        "--kill-grace",
+        "300ms",
+        "--",
+    ]);
+    c.args(["sh", "-c", &tree_script(&file)]);
+    let child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(eventually_sync(T, || read_pgid(&file).is_some()));
+    let pgid = read_pgid(&file).unwrap();
+    assert!(group_members(pgid).len() >= 4, "{:?}", group_members(pgid));
+    server.pause();
+    let paused = Instant::now();
+    assert!(eventually_sync(T, || group_members(pgid).is_empty()));
+    let took = paused.elapsed();
+    // The lease was renewed last before the pause: the lock cannot run out
+    // before `paused + 1.5 s`. Everything was stopped before that.
+    assert!(
+        took < Duration::from_millis(1500),
+        "the tree ran {took:?} after the pause"
+    );
+    let o = wait(child, T);
+    assert_eq!(code(&o), 70, "{}", stderr(&o));
+    assert!(stderr(&o).contains("at risk"), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    server.resume();
+    let mut c = cli(&server);
+    c.args(["run", "tree", "--wait", "5s", "--", "true"]);
+    assert_eq!(code(&run(c, T)), 0);
+}
+
+#[test]
+fn a_fixed_lease_stops_the_whole_command_tree_before_it_runs_out() {
+    let server = RedisServer::start();
+    let dir = tempdir("fixed-tree");
+    let file = dir.join("pgid");
+    let mut c = cli(&server);
+    c.args(["run", "fixed", "--lease", "1500ms", "--kill-grace", "300ms", "--"]);
+    c.args(["sh", "-c", &format!("trap '' TERM; {}", tree_script(&file))]);
+    let started = Instant::now();
+    let child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(eventually_sync(T, || read_pgid(&file).is_some()));
+    let pgid = read_pgid(&file).unwrap();
+    let o = wait(child, T);
+    let took = started.elapsed();
+    assert_eq!(code(&o), 70, "{}", stderr(&o));
+    assert!(took < Duration::from_millis(1500), "took {took:?}: past the lease");
+    assert!(
+        group_members(pgid).is_empty(),
+        "left running: {:?}",
+        group_members(pgid)
+    );
+    assert_eq!(server.cmd(&["EXISTS", "fixed"]).as_int(), Some(0));
+}
+
+#[test]
+fn what_the_command_leaves_running_is_stopped_before_the_release() {
+    let server = RedisServer::start();
+    let dir = tempdir("leftover");
+    let file = dir.join("pgid");
+    let mut c = cli(&server);
+    c.args(["run", "leftover", "--kill-grace", "300ms", "--"]);
+    c.args([
+        "sh",
+        "-c",
+        &format!("sleep 300 >/dev/null 2>&1 & echo $! > {}", file.display()),
+    ]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let job = read_pgid(&file).unwrap();
+    let running = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+    };
+    assert!(!running(job), "the background job {job} outlived the lock");
+    assert_eq!(server.cmd(&["EXISTS", "leftover"]).as_int(), Some(0));
+}
+
+#[test]
+fn a_kill_grace_that_cannot_fit_in_the_lease_is_a_usage_error() {
+    let server = RedisServer::start();
+    for args in [
+        vec!["--kill-grace", "15s"],
+        vec!["--watchdog-lease", "2s", "--kill-grace", "1s"],
+        vec!["--lease", "1s", "--kill-grace", "1s"],
+    ] {
+        let mut c = cli(&server);
+        c.args(["run", "x"]).args(&args).args(["--", "true"]);
+        let o = run(c, T);
+        assert_eq!(code(&o), 64, "{args:?}");
+        assert!(stderr(&o).contains("does not fit"), "{}", stderr(&o));
+    }
+    assert!(server.keys("*").is_empty(), "nothing was taken");
 }

@@ -91,9 +91,13 @@ pub struct RunArgs {
     /// Use the fair (FIFO) lock.
     #[arg(long)]
     pub fair: bool,
-    /// After the lock is lost: time between SIGTERM and SIGKILL to CMD.
-    #[arg(long, value_name = "D", value_parser = duration, default_value = "10s")]
-    pub kill_grace: Duration,
+    /// Time between SIGTERM and SIGKILL to CMD's process group when the lock
+    /// is lost or at risk. Termination starts this long (plus a margin of a
+    /// tenth of the lease, at most 1 s) before the lock's validity ends, so
+    /// it must fit in half the watchdog lease, or in the fixed lease.
+    /// Default: 10 s, or half of what fits for a shorter lease.
+    #[arg(long, value_name = "D", value_parser = duration)]
+    pub kill_grace: Option<Duration>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -2,6 +2,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use lockwarden::{Lease, LockGuard, LossReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -36,9 +37,118 @@ impl Signals {
 enum Outcome {
     Exited(ExitStatus),
     Lost(LossReason),
+    /// Renewals stopped getting through and the validity left reached the
+    /// time needed to stop the command; what was left then.
+    AtRisk(Duration),
+}
+
+/// How long before the end of the hold's validity termination must start:
+/// the grace between SIGTERM and SIGKILL, plus a margin (a tenth of the
+/// lease, at most 1 s) so that SIGKILL lands while the lock is still held.
+fn stop_before(lease: Duration, kill_grace: Duration) -> Duration {
+    kill_grace + (lease / 10).min(Duration::from_secs(1))
+}
+
+/// Refuses a `--kill-grace` that cannot fit: the command would not be
+/// stopped before the lock can run out. With the watchdog the validity
+/// normally stays above two thirds of the lease, and a renewal that fails
+/// takes it below half; termination may start only after that.
+/// Returns (how long before the validity ends termination starts, the
+/// grace). Without `--kill-grace`, the grace is 10 s, or half the room when
+/// 10 s do not fit.
+fn check_grace(args: &RunArgs) -> Result<(Duration, Duration), String> {
+    let (lease, room, what) = match args.lease {
+        Some(l) => (l, l, "the lease"),
+        None => (args.watchdog_lease, args.watchdog_lease / 2, "half the watchdog lease"),
+    };
+    let grace = match args.kill_grace {
+        Some(g) => g,
+        None if stop_before(lease, DEFAULT_KILL_GRACE) < room => DEFAULT_KILL_GRACE,
+        None => room / 2,
+    };
+    let stop = stop_before(lease, grace);
+    if stop >= room {
+        return Err(format!(
+            "--kill-grace {} plus a {} margin does not fit in {what} ({}): the command could not be \
+             stopped before the lock runs out; shorten --kill-grace or lengthen the lease",
+            humantime::format_duration(grace),
+            humantime::format_duration(stop - grace),
+            humantime::format_duration(room),
+        ));
+    }
+    Ok((stop, grace))
+}
+
+/// `--kill-grace` when not given (and when it fits).
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// CMD's process group (CMD leads it): signals go to every process in it.
+#[derive(Clone, Copy)]
+struct Group(libc::pid_t);
+
+impl Group {
+    fn signal(self, sig: i32) {
+        // SAFETY: kill(2) on a process group we created, a valid signal.
+        unsafe { libc::kill(-self.0, sig) };
+    }
+
+    /// Whether any process of the group is left, reaping those re-parented
+    /// to us (we are a subreaper). Only after CMD itself was waited for:
+    /// reaping it here would take its status from tokio.
+    fn alive_after_leader(self) -> bool {
+        // SAFETY: waitpid(2) on our own group's processes, no status wanted.
+        while unsafe { libc::waitpid(-self.0, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        // SAFETY: kill(2) with signal 0 only checks for existence.
+        unsafe { libc::kill(-self.0, 0) == 0 }
+    }
+
+    /// Waits until no process of the group is left, or `until`.
+    async fn gone_by(self, until: tokio::time::Instant) -> bool {
+        loop {
+            if !self.alive_after_leader() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Stops CMD and everything in its group: SIGTERM, then SIGKILL once
+/// `grace` has passed, whatever is left. Returns once the group is gone
+/// (or, with processes that cannot be reaped, a second after SIGKILL).
+async fn stop_group(child: &mut tokio::process::Child, group: Group, grace: Duration) {
+    let kill_at = tokio::time::Instant::now() + grace;
+    group.signal(libc::SIGTERM);
+    let leader = tokio::time::timeout_at(kill_at, child.wait()).await.is_ok();
+    if leader && group.gone_by(kill_at).await {
+        return;
+    }
+    group.signal(libc::SIGKILL);
+    let _ = child.wait().await;
+    group
+        .gone_by(tokio::time::Instant::now() + Duration::from_secs(1))
+        .await;
 }
 
 pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
+    let (stop_before, kill_grace) = match check_grace(&args) {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("lockwarden: {why}");
+            return crate::EX_USAGE;
+        }
+    };
+    // Orphans of CMD (a backgrounded job whose parent exited) become our
+    // children, so they can be waited for and nothing of CMD survives
+    // unseen.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(2) with PR_SET_CHILD_SUBREAPER and an integer flag.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
@@ -85,6 +195,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
         .args(&args.command[1..])
         .env("LOCKWARDEN_LOCK", name)
         .env("LOCKWARDEN_TOKEN", guard.token().to_string())
+        // Its own process group: everything it starts can be stopped with it.
+        .process_group(0)
         .spawn()
     {
         Ok(c) => c,
@@ -98,15 +210,13 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
             };
         }
     };
-    let pid = child.id().map(|p| p as libc::pid_t);
-    let send = |sig: i32| {
-        if let Some(pid) = pid {
-            // SAFETY: kill(2) with a pid we spawned and a valid signal number.
-            unsafe { libc::kill(pid, sig) };
-        }
-    };
+    let group = Group(child.id().map_or(0, |p| p as libc::pid_t));
 
     let outcome = loop {
+        // Termination must start this long before the validity ends; the
+        // watchdog moves the validity forward while renewals get through.
+        let left = guard.validity();
+        let check = tokio::time::sleep(left.saturating_sub(stop_before));
         tokio::select! {
             status = child.wait() => match status {
                 Ok(s) => break Outcome::Exited(s),
@@ -116,25 +226,45 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
                 }
             },
             reason = guard.lost() => break Outcome::Lost(reason),
-            sig = signals.recv() => send(sig),
+            _ = check => {
+                let left = guard.validity();
+                if left <= stop_before {
+                    break Outcome::AtRisk(left);
+                }
+            }
+            sig = signals.recv() => group.signal(sig),
         }
     };
     match outcome {
         Outcome::Exited(status) => {
+            // Whatever CMD left running in its group must not outlive the lock.
+            if group.alive_after_leader() {
+                tracing::debug!(lock = %name, "the command left processes in its group; stopping them");
+                let grace = kill_grace.min(guard.validity().saturating_sub(stop_before - kill_grace));
+                let mut done = child;
+                stop_group(&mut done, group, grace).await;
+            }
             if let Err(e) = guard.unlock().await {
                 eprintln!("lockwarden: releasing lock {name:?}: {e}");
             }
             status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
         }
         Outcome::Lost(reason) => {
-            eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason}); stopping it");
-            send(libc::SIGTERM);
-            if tokio::time::timeout(args.kill_grace, child.wait()).await.is_err() {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-            }
-            // Release whatever is left of the hold; it is normally gone.
-            let _ = guard.unlock().await;
+            eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason}); stopped the command");
+            stop_group(&mut child, group, kill_grace).await;
+            // Release whatever is left of the hold (normally gone); Redis
+            // may not be answering, and the lease ends it anyway.
+            let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
+            EX_SOFTWARE
+        }
+        Outcome::AtRisk(left) => {
+            eprintln!(
+                "lockwarden: lock {name:?} at risk (renewals not confirmed, {} of validity left); stopped the \
+                 command before the lock could run out",
+                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            );
+            stop_group(&mut child, group, kill_grace).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
             EX_SOFTWARE
         }
     }
