@@ -66,9 +66,29 @@ pub struct ClientBuilder {
     fair_waiter_timeout: Duration,
     metric_lock_names: bool,
     retry_transient_for: Duration,
+    min_replicas: Option<(u32, Duration)>,
 }
 
 impl ClientBuilder {
+    /// Grants confirmed by replicas: after each acquisition and each
+    /// renewal, `WAIT n timeout` on the same connection asks that at least
+    /// `n` replicas of the lock's master acknowledged it. With fewer, an
+    /// acquisition gave nothing (it is released again and the wait goes on,
+    /// within its time) and a renewal does not count (the hold goes at
+    /// risk, and is lost if it stays so). This protects against a failover
+    /// (Sentinel, Cluster) promoting a replica that never received the
+    /// lock; it costs a round trip per acquisition and per renewal batch,
+    /// and up to `timeout` while replicas lag. It does not make the write
+    /// durable on disk, and a replica can still lose it in a restart.
+    /// `timeout` must be below the command timeout and a third of the
+    /// watchdog lease. Off by default. Direct grants of the fair lock (an
+    /// unlock handing the lock to the next waiter) are not used with it: the
+    /// waiter takes the lock itself and waits for its acknowledgement.
+    pub fn min_replicas_acked(mut self, n: u32, timeout: Duration) -> Self {
+        self.min_replicas = Some((n, timeout));
+        self
+    }
+
     /// TLS: trust the CA certificates in `pem` (one or more, PEM-encoded)
     /// instead of the system's roots when verifying the servers. Needs TLS
     /// URLs (`rediss://`, `rediss-cluster://`, `rediss-sentinel://`): with
@@ -204,6 +224,19 @@ impl ClientBuilder {
         }
         check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
         check_duration("retry time", self.retry_transient_for, Duration::ZERO)?;
+        if let Some((n, timeout)) = self.min_replicas {
+            if n == 0 {
+                return Err(Error::Config("min_replicas_acked: ask for at least one replica".into()));
+            }
+            check_duration("replica timeout", timeout, Duration::from_millis(1))?;
+            if timeout >= command_timeout || timeout >= self.watchdog_lease / 3 {
+                return Err(Error::Config(format!(
+                    "min_replicas_acked: the timeout ({timeout:?}) must be below the command timeout \
+                     ({command_timeout:?}) and a third of the watchdog lease ({:?})",
+                    self.watchdog_lease / 3
+                )));
+            }
+        }
         check_duration(
             "fair waiter timeout",
             self.fair_waiter_timeout,
@@ -273,6 +306,7 @@ impl ClientBuilder {
                     // (bounded by the command timeout), with a wide margin.
                     record_ttl,
                     waiter_timeout: self.fair_waiter_timeout,
+                    replicas: self.min_replicas,
                 };
                 Arc::new(Member::new(node, i, self.rejoin_delay, quorum))
             })
@@ -772,6 +806,7 @@ impl Client {
             fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
             metric_lock_names: false,
             retry_transient_for: DEFAULT_RETRY_TRANSIENT_FOR,
+            min_replicas: None,
         }
     }
 

@@ -127,6 +127,11 @@ pub enum RedisErrorKind {
     /// A replica that lost its master and serves no stale data
     /// (`MASTERDOWN`): a failover or a broken link, usually passing.
     MasterDown,
+    /// Fewer replicas than
+    /// [`ClientBuilder::min_replicas_acked`](crate::ClientBuilder::min_replicas_acked)
+    /// asks acknowledged the write within its timeout (`WAIT`). An
+    /// acquisition was given back; a renewal did not count.
+    NotReplicated,
     /// A cluster routing problem (`MOVED`, `ASK`, `CLUSTERDOWN`, `CROSSSLOT`,
     /// `TRYAGAIN`).
     Cluster,
@@ -150,6 +155,7 @@ impl Error {
                     | RedisErrorKind::OutOfMemory
                     | RedisErrorKind::Busy
                     | RedisErrorKind::MasterDown
+                    | RedisErrorKind::NotReplicated
                     | RedisErrorKind::Cluster
             ),
             _ => false,

@@ -476,7 +476,10 @@ impl Lock {
         // except after an attempt whose outcome is unknown: the quorum layer
         // then re-sends that request in the background and gives back what
         // it got, so the wait goes on under a new id (see `renew_request`).
-        let mut request = (fair && will_wait && self.inner.members.len() == 1).then(crate::client::fresh_request_id);
+        // (Not with replica acknowledgements: a grant is written by the
+        // unlock, and only the waiter's own write can be waited for.)
+        let direct = fair && will_wait && self.inner.members.len() == 1 && self.inner.first().replicas.is_none();
+        let mut request = direct.then(crate::client::fresh_request_id);
         let wake = request.as_ref().map(|_| crate::client::WakeId::take(&self.inner));
         let wake_name = wake.as_ref().map(|w| w.name.as_str());
         let mut queued = QueueExit {

@@ -84,9 +84,46 @@ pub(crate) struct Node {
     /// Fair locks: how long a queued waiter may go without refreshing its
     /// deadline before it is evicted.
     pub(crate) waiter_timeout: Duration,
+    /// Replicas that must acknowledge an acquisition or a renewal (`WAIT`),
+    /// and how long they may take.
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 impl Node {
+    /// `WAIT n timeout` after a write on `key`: the replicas that have
+    /// every write this client sent to the key's node before it.
+    async fn acknowledged(&self, key: &str, n: u32, timeout: Duration) -> Result<u32> {
+        let route = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        let acks: i64 = self
+            .client
+            .custom(
+                CustomCommand::new_static("WAIT", route, true),
+                vec![Value::from(n as i64), Value::from(ms(timeout))],
+            )
+            .await
+            .map_err(|e| Error::from_redis("wait", key, self.command_timeout, e))?;
+        Ok(acks.max(0) as u32)
+    }
+
+    /// With `replicas` set: whether enough replicas acknowledged the write
+    /// just made on `key`; the error to return when not.
+    async fn check_replicated(&self, op: &'static str, key: &str) -> Result<()> {
+        let Some((n, timeout)) = self.replicas else {
+            return Ok(());
+        };
+        let got = self.acknowledged(key, n, timeout).await?;
+        if got < n {
+            return Err(Error::Redis {
+                op,
+                kind: crate::error::RedisErrorKind::NotReplicated,
+                message: format!(
+                    "{got} of {n} replicas acknowledged the write within {timeout:?} (WAIT); a failover could lose it"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Loads every script into the server's cache (SCRIPT LOAD, on every
     /// primary of a cluster). Failures are not fatal: calls fall back to
     /// EVAL on NOSCRIPT.
@@ -270,10 +307,28 @@ impl Node {
             .await?
         };
         match reply.as_slice() {
-            [1, token, count] => Ok(AcquireReply::Acquired {
-                token: *token as u64,
-                count: *count as u64,
-            }),
+            [1, token, count] => {
+                if let Err(e) = self.check_replicated("acquire", &keys.lock).await {
+                    // Not enough replicas have it: a failover could lose it,
+                    // so the attempt gave nothing. The level is given back
+                    // here, and the error says the outcome is known (not
+                    // replayed and undone a second time).
+                    if matches!(e, Error::Redis { .. }) {
+                        let undo = crate::client::fresh_request_id();
+                        if let Err(u) = self
+                            .release(keys, owner, Some(*token as u64), Duration::ZERO, &undo, false)
+                            .await
+                        {
+                            tracing::warn!(lock = %keys.name, error = %u, "giving back an unreplicated level failed; its lease bounds it");
+                        }
+                    }
+                    return Err(e);
+                }
+                Ok(AcquireReply::Acquired {
+                    token: *token as u64,
+                    count: *count as u64,
+                })
+            }
             [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
             other => Err(unexpected("acquire", other)),
         }
@@ -365,6 +420,11 @@ impl Node {
         let reply: Vec<i64> = self.run(&RENEW, &keys, args, timeout).await?;
         if reply.len() != pairs.len() {
             return Err(unexpected("renew", &reply));
+        }
+        // A renewal the replicas did not get is not confirmed: the hold's
+        // validity is not extended (it goes at risk, then lost).
+        if let Some(key) = keys.first() {
+            self.check_replicated("renew", key).await?;
         }
         Ok(reply.into_iter().map(|r| r == 1).collect())
     }

@@ -215,6 +215,7 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
         prefix: ctx.prefix.clone(),
         tls_ca: ctx.tls_ca.clone(),
         tls_client: ctx.tls_client.clone(),
+        min_replicas: ctx.min_replicas,
     };
     let client = match single.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
         Ok(c) => c,

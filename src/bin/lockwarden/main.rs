@@ -38,6 +38,13 @@ struct Cli {
     /// TLS: the private key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Count an acquisition or a renewal only once N replicas acknowledged
+    /// it (WAIT), so a failover cannot hand the lock to a second holder.
+    #[arg(long, value_name = "N", global = true)]
+    min_replicas: Option<u32>,
+    /// How long --min-replicas waits for the acknowledgements.
+    #[arg(long, value_name = "D", value_parser = duration, default_value = "500ms", global = true)]
+    replica_timeout: Duration,
     /// Log to stderr: -v debug, -vv trace.
     #[arg(short, long, action = ArgAction::Count, global = true)]
     verbose: u8,
@@ -187,6 +194,7 @@ async fn dispatch(cli: Cli) -> i32 {
         prefix: cli.prefix.clone(),
         tls_ca,
         tls_client,
+        min_replicas: cli.min_replicas.map(|n| (n, cli.replica_timeout)),
     };
     match cli.command {
         Command::Run(args) => run::run(&ctx, args).await,
@@ -208,6 +216,8 @@ pub struct Ctx {
     pub tls_ca: Option<Vec<u8>>,
     /// PEM of --tls-cert and --tls-key.
     pub tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// --min-replicas and --replica-timeout.
+    pub min_replicas: Option<(u32, Duration)>,
 }
 
 impl Ctx {
@@ -231,6 +241,9 @@ impl Ctx {
         }
         if let Some((cert, key)) = &self.tls_client {
             b = b.tls_client_cert_pem(cert.clone(), key.clone());
+        }
+        if let Some((n, timeout)) = self.min_replicas {
+            b = b.min_replicas_acked(n, timeout);
         }
         b
     }
