@@ -852,8 +852,13 @@ impl Client {
 
     /// Snapshots of every lock under this client's key prefix whose name
     /// matches the Redis-style glob `pattern` (`*`, `?`), found through their
-    /// fencing-token keys (every lock ever taken has one). Standalone and
-    /// Sentinel deployments (SCAN on one node).
+    /// fencing-token keys (every lock ever taken has one). `SCAN` runs on the
+    /// server (Standalone, Sentinel's master), on every primary of a
+    /// cluster, and on every master of a quorum (a majority must answer;
+    /// each lock's status is then the quorum's view, as
+    /// [`Lock::status`](crate::Lock::status)). Each status is read with its
+    /// own call after the scan: a lock taken or freed meanwhile may or may
+    /// not be listed. Locks whose key now holds another type are skipped.
     ///
     /// # Errors
     ///

@@ -12,6 +12,7 @@ use crate::quorum::{Ask, Attempt, Released};
 
 /// How long a hold lasts without being renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Lease {
     /// The client's watchdog lease (30 s by default), renewed every lease/3
     /// until the guard is released or dropped.

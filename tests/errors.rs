@@ -203,6 +203,16 @@ async fn noscript_after_a_flush_is_handled() {
 
 // --- Cluster refusals ------------------------------------------------------
 
+/// A client of `cluster` with key prefix `app:` and a short command timeout.
+async fn cluster_client(cluster: &RedisCluster, timeout: Duration) -> Client {
+    Client::builder(&cluster.url())
+        .key_prefix("app:")
+        .command_timeout(timeout)
+        .build()
+        .await
+        .unwrap()
+}
+
 fn node_id(node: &RedisServer) -> String {
     node.cmd(&["CLUSTER", "MYID"]).as_str().unwrap().to_string()
 }
@@ -253,12 +263,7 @@ async fn a_redirect_loop_ends_in_time_and_is_retryable() {
     bounded(Duration::from_secs(60), async {
         let cluster = RedisCluster::start(3);
         let timeout = Duration::from_millis(500);
-        let c = Client::builder(&cluster.url())
-            .key_prefix("app:")
-            .command_timeout(timeout)
-            .build()
-            .await
-            .unwrap();
+        let c = cluster_client(&cluster, timeout).await;
         let lock = c.lock("asked").unwrap();
         let source = cluster.node_for("app:asked");
         let target = cluster.nodes.iter().find(|n| n.port != source.port).unwrap();
@@ -309,12 +314,7 @@ async fn clusterdown_is_retryable() {
     bounded(Duration::from_secs(60), async {
         let mut cluster = RedisCluster::start(3);
         let timeout = Duration::from_millis(500);
-        let c = Client::builder(&cluster.url())
-            .key_prefix("app:")
-            .command_timeout(timeout)
-            .build()
-            .await
-            .unwrap();
+        let c = cluster_client(&cluster, timeout).await;
         let lock = c.lock("down").unwrap();
         let owner = cluster.node_for("app:down").port;
         let victim = cluster.nodes.iter().position(|n| n.port != owner).unwrap();

@@ -26,13 +26,19 @@ fn link_up(replica: &RedisServer) -> bool {
     replica.info_field("replication", "master_link_status").as_deref() == Some("up")
 }
 
+/// A master and one replica whose link is up.
+async fn master_with_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
+    (master, replica)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_master_whose_replica_is_stopped_grants_nothing() {
     bounded(Duration::from_secs(60), async {
-        let master = RedisServer::start();
-        let port = master.port.to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
+        let (master, replica) = master_with_replica().await;
         let sentinel = RedisSentinel::start(&master);
         let c = Client::builder(&sentinel.url())
             .min_replicas_acked(1, ACK_TIMEOUT)
@@ -79,10 +85,7 @@ async fn a_sentinel_master_whose_replica_is_stopped_grants_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacknowledged_renewals_put_the_hold_at_risk() {
     bounded(Duration::from_secs(60), async {
-        let master = RedisServer::start();
-        let port = master.port.to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
+        let (master, replica) = master_with_replica().await;
         let lease = Duration::from_millis(2400);
         let c = Client::builder(&master.url())
             .min_replicas_acked(1, ACK_TIMEOUT)
