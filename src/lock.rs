@@ -529,7 +529,7 @@ impl Lock {
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             queued.leave_now().await;
-            return Ok(None);
+            return retries.at_deadline();
         }
         let interest = early.unwrap_or_else(|| self.inner.pubsub.interest(&channel));
         // Subscribing counts against the wait like everything else, and is

@@ -509,3 +509,27 @@ async fn a_wait_with_nothing_answering_ends_with_the_last_error_in_time() {
     })
     .await
 }
+
+/// A wait whose first attempt is refused at once (a full server) and whose
+/// pause runs into the deadline returns that refusal, not "not acquired".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_wait_that_only_met_refusals_returns_the_last_one() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+        let c = client(&server.url(), LONG).await;
+        let lock = c.lock("short").unwrap();
+        server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+        for wait in [
+            Duration::from_millis(1),
+            Duration::from_millis(30),
+            Duration::from_millis(300),
+        ] {
+            let r = lock.try_lock(wait, LONG).await;
+            assert!(
+                matches!(&r, Err(e) if is_kind(e, RedisErrorKind::OutOfMemory)),
+                "wait {wait:?}: {r:?}"
+            );
+        }
+    })
+    .await
+}
