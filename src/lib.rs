@@ -103,6 +103,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod error;
 mod extend;

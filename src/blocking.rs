@@ -1,0 +1,356 @@
+//! A blocking API (feature `blocking`) for programs that are not async:
+//! command-line tools, synchronous web frameworks, batch jobs.
+//!
+//! [`Client`] owns a small tokio runtime (one worker thread) that runs the
+//! connections, the watchdog and the pub/sub wake-ups in the background;
+//! each call blocks the calling thread until it is done. The locks and their
+//! guarantees are those of the async API ([`crate::Lock`]): reentrancy,
+//! watchdog leases, fencing tokens, waiting without polling.
+//!
+//! Ownership is per OS thread: nested `lock()` calls on one thread re-enter,
+//! other threads wait (as with Redisson's `RLock`).
+//!
+//! ```no_run
+//! # fn main() -> lockwarden::Result<()> {
+//! use std::time::Duration;
+//!
+//! let client = lockwarden::blocking::Client::connect("redis://127.0.0.1:6379")?;
+//! let lock = client.lock("nightly-report")?;
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(60))? {
+//!     println!("fencing token {}", guard.token());
+//!     guard.unlock()?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Panics
+//!
+//! Every blocking call panics when made from inside an async runtime, where
+//! it would stall that runtime's thread (and could deadlock it): use the
+//! async [`crate::Client`] there, or move the call to
+//! `tokio::task::spawn_blocking`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lock::Lease;
+use crate::watchdog::LossReason;
+
+/// Panics when called from inside an async runtime (see the module docs).
+fn refuse_inside_runtime() {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        panic!(
+            "lockwarden::blocking called from inside an async runtime, where blocking would stall it: use the \
+             async lockwarden::Client there, or tokio::task::spawn_blocking"
+        );
+    }
+}
+
+/// Runs `f` to completion on `rt`, from a thread outside any runtime.
+fn block<F: std::future::Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {
+    refuse_inside_runtime();
+    rt.block_on(f)
+}
+
+/// A blocking client: the async [`crate::Client`] and the runtime it runs on.
+/// Cheap to clone; the runtime stops when the client, its locks and their
+/// guards are all gone (drop the last of them outside any async runtime:
+/// tokio refuses to stop a runtime from inside another).
+#[derive(Clone)]
+pub struct Client {
+    inner: crate::Client,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Client").field(&self.inner).finish()
+    }
+}
+
+impl Client {
+    /// Connects to `url` with the default settings, as
+    /// [`crate::Client::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::ClientBuilder::build`]; [`Error::Config`] when the
+    /// runtime cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn connect(url: &str) -> Result<Client> {
+        Client::build(crate::Client::builder(url))
+    }
+
+    /// Builds a client from any [`crate::ClientBuilder`] (several masters,
+    /// TLS, leases, timeouts).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn build(builder: crate::ClientBuilder) -> Result<Client> {
+        refuse_inside_runtime();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("lockwarden-blocking")
+            .enable_all()
+            .build()
+            .map_err(runtime_error)?;
+        let inner = block(&rt, builder.build())?;
+        Ok(Client {
+            inner,
+            rt: Arc::new(rt),
+        })
+    }
+
+    /// A handle on the reentrant lock `name`; no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::lock`].
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        Ok(Lock {
+            inner: self.inner.lock(name)?,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// A handle on the fair lock `name` (FIFO waiters); no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::fair_lock`].
+    pub fn fair_lock(&self, name: &str) -> Result<Lock> {
+        Ok(Lock {
+            inner: self.inner.fair_lock(name)?,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// The async client underneath.
+    pub fn as_async(&self) -> &crate::Client {
+        &self.inner
+    }
+}
+
+fn runtime_error(e: std::io::Error) -> Error {
+    Error::Config(format!("cannot start the blocking client's runtime: {e}"))
+}
+
+/// A blocking handle on one named lock; see [`crate::Lock`]. The owner is
+/// the calling OS thread.
+#[derive(Clone)]
+pub struct Lock {
+    inner: crate::Lock,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Lock").field(&self.inner).finish()
+    }
+}
+
+impl Lock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Acquires the lock, waiting as long as it takes, with the watchdog
+    /// lease; re-enters when this thread holds it already.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::lock`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn lock(&self) -> Result<LockGuard> {
+        self.guard(block(&self.rt, self.inner.lock()))
+    }
+
+    /// Acquires the lock, waiting as long as it takes, with `lease`.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::lock_with_lease`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn lock_with_lease(&self, lease: impl Into<Lease>) -> Result<LockGuard> {
+        self.guard(block(&self.rt, self.inner.lock_with_lease(lease)))
+    }
+
+    /// Tries to acquire the lock within `wait` (zero: one attempt); `None`
+    /// when another owner keeps it the whole time.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::try_lock`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn try_lock(&self, wait: Duration, lease: impl Into<Lease>) -> Result<Option<LockGuard>> {
+        match block(&self.rt, self.inner.try_lock(wait, lease)) {
+            Ok(Some(g)) => self.guard(Ok(g)).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Releases one level held by this thread without its guard, as
+    /// Redisson's `unlock()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::unlock`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn unlock(&self) -> Result<()> {
+        block(&self.rt, self.inner.unlock())
+    }
+
+    /// Deletes the lock whoever holds it; whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::force_unlock`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn force_unlock(&self) -> Result<bool> {
+        block(&self.rt, self.inner.force_unlock())
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::is_locked`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn is_locked(&self) -> Result<bool> {
+        block(&self.rt, self.inner.is_locked())
+    }
+
+    /// How many levels this thread holds (0 when none).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::hold_count`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn hold_count(&self) -> Result<u64> {
+        block(&self.rt, self.inner.hold_count())
+    }
+
+    /// A snapshot of the lock: holders, lease, last token, queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::status`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn status(&self) -> Result<crate::LockStatus> {
+        block(&self.rt, self.inner.status())
+    }
+
+    fn guard(&self, r: Result<crate::LockGuard>) -> Result<LockGuard> {
+        r.map(|inner| LockGuard {
+            inner,
+            rt: self.rt.clone(),
+        })
+    }
+}
+
+/// One level of a held lock, from the blocking API. Dropping it without
+/// [`LockGuard::unlock`] releases it at once in the background, on the
+/// client's runtime (it never blocks); `unlock` reports errors.
+#[must_use = "dropping the guard releases the lock at once; keep it for the whole critical section"]
+pub struct LockGuard {
+    inner: crate::LockGuard,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::LockGuard").field(&self.inner).finish()
+    }
+}
+
+impl LockGuard {
+    /// Releases this level and waits for Redis to confirm.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::LockGuard::unlock`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn unlock(self) -> Result<()> {
+        let LockGuard { inner, rt } = self;
+        block(&rt, inner.unlock())
+    }
+
+    /// The fencing token of this hold.
+    pub fn token(&self) -> u64 {
+        self.inner.token()
+    }
+
+    /// The reentry depth of this level (1 for the outermost).
+    pub fn depth(&self) -> u64 {
+        self.inner.depth()
+    }
+
+    /// How long the hold stays valid as far as Redis confirmed.
+    pub fn validity(&self) -> Duration {
+        self.inner.validity()
+    }
+
+    /// Whether the lock was lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.inner.loss_reason()
+    }
+
+    /// Whether the hold is at risk (see [`crate::LockGuard::is_at_risk`]).
+    pub fn is_at_risk(&self) -> bool {
+        self.inner.is_at_risk()
+    }
+
+    /// Blocks until the lock is lost or `timeout` passes; the reason, if lost.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+        block(&self.rt, async {
+            tokio::time::timeout(timeout, self.inner.lost()).await.ok()
+        })
+    }
+}
