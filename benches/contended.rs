@@ -1,4 +1,4 @@
-//! W3 (non-fair) and W5 (fair) of BENCHMARKS.md against a throwaway local
+//! W3 (non-fair) and W5 (fair) of the README's benchmark workloads against a throwaway local
 //! redis-server, with the PING round trip measured in the same run:
 //!
 //!     cargo bench --bench contended            # 10 s per workload

@@ -172,7 +172,7 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("redis");
     g.sample_size(30).measurement_time(Duration::from_secs(4));
     // Everything runs in a spawned task: calls from the block_on thread are
-    // slower (FRED.md §4).
+    // slower (measured with fred 10.1).
     macro_rules! bench {
         ($name:literal, |$s:ident, $n:ident, $out:ident| $body:expr) => {
             g.bench_function($name, |bench| {

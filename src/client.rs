@@ -389,8 +389,8 @@ fn master_clients(
             c.connection_timeout = connect_timeout;
             c.internal_command_timeout = connect_timeout;
             // fred replays written commands after a reconnect by default; a
-            // replayed script could apply twice (FRED.md §6). Our own
-            // retries carry request ids instead.
+            // replayed script could apply twice. Our own retries carry
+            // request ids instead.
             c.max_command_attempts = 1;
             c.tcp = TcpConfig {
                 nodelay: Some(true),

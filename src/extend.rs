@@ -1,8 +1,7 @@
 //! Lease extensions of directly granted fair holds.
 //!
 //! An unlock that hands a fair lock straight to the head of the queue gives
-//! it a lease cut to the head's queue deadline (DESIGN.md §7,
-//! fair_release.lua), so a grantee that died blocks the queue no longer than
+//! it a lease cut to the head's queue deadline (`lua/fair_release.lua`), so a grantee that died blocks the queue no longer than
 //! its eviction would. A third of the way into that lease, a hold that is
 //! still held gets the lease it asked for, as a renewal would.
 //!

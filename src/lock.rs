@@ -455,7 +455,9 @@ impl Lock {
         result
     }
 
-    /// The acquire loop of DESIGN.md §3 (and §7 for a fair lock).
+    /// The acquire loop: register interest in the wake channel, attempt,
+    /// then sleep until a wake message or the holder's remaining lease; a fair
+    /// lock adds its queue rules (see `lua/fair_acquire.lua`).
     /// `wait: None` waits forever.
     async fn acquire_inner(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
         if let Lease::Fixed(d) = lease {
@@ -680,7 +682,7 @@ impl Lock {
         }
     }
 
-    /// The guard for a direct grant (DESIGN.md §7 and fair_release.lua),
+    /// The guard for a direct grant (see `lua/fair_release.lua`),
     /// when `msg` ("g <token> <lease ms> <request id>") names this wait's
     /// `request`. The grant happened after the attempt sent at `sent_at`
     /// (else that attempt would have returned it), so its lease is counted

@@ -154,7 +154,7 @@ impl Node {
     }
 
     /// How scripts publish unlock messages: sharded pub/sub on a cluster
-    /// (DESIGN.md §3; the channel shares the lock's slot), classic otherwise.
+    /// (the channel shares the lock's slot), classic otherwise.
     fn publish(&self) -> &'static str {
         if self.client.is_clustered() {
             "SPUBLISH"

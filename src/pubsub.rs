@@ -279,7 +279,7 @@ impl PubSub {
             .map(|(n, _)| n.clone())
             .collect();
         // Never an empty SUBSCRIBE: the server's error would be matched to an
-        // unrelated command (FRED.md §3).
+        // unrelated command.
         if names.is_empty() {
             return;
         }
@@ -365,7 +365,7 @@ const SLOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Keeps sharded subscriptions on the nodes that own their slots. A primary
 /// that loses a slot (failover, resharding) drops the slot's sharded
 /// subscriptions without closing the connection, and fred learns of the new
-/// owner only when its routing table is refreshed (FRED.md §3). While
+/// owner only when its routing table is refreshed. While
 /// channels are subscribed, this refreshes it every [`SLOT_CHECK`]; when a
 /// channel's owner changed, every channel is subscribed again (on its
 /// owner) and every waiter re-checks, as after a reconnect.

@@ -1,4 +1,4 @@
-//! A quorum of independent masters (DESIGN.md §8).
+//! A quorum of independent masters.
 //!
 //! Every lock operation goes to all masters at once, each call bounded by the
 //! per-node timeout, and counts when a majority (N/2 + 1) agrees. One master

@@ -1,7 +1,7 @@
 //! Following a Sentinel failover at once.
 //!
 //! fred asks a sentinel for the master's address only when it (re)connects,
-//! and it does not listen for `+switch-master` (FRED.md §5). After a failover
+//! and it does not listen for `+switch-master` (fred 10.1). After a failover
 //! it keeps writing to the demoted master until that one drops its clients,
 //! about 10 s in the test, and locks taken there in the meantime are lost
 //! when it turns into a replica. So for a master reached through Sentinel,

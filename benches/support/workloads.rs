@@ -1,4 +1,4 @@
-//! The contended workloads of BENCHMARKS.md (W3 non-fair, W5 fair), written
+//! The contended workloads of the README's benchmark workloads (W3 non-fair, W5 fair), written
 //! once so the CLI's `bench` command and `cargo bench` share them.
 #![allow(dead_code)]
 
@@ -229,7 +229,7 @@ impl Contended {
         self.ops as f64 / self.duration_s
     }
 
-    /// One JSON object (BENCHMARKS.md field names).
+    /// One JSON object (the field names the README lists).
     pub fn json(&self) -> String {
         format!(
             concat!(

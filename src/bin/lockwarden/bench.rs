@@ -1,4 +1,5 @@
-//! `lockwarden bench`: the workloads of BENCHMARKS.md against one server,
+//! `lockwarden bench`: the benchmark workloads (W1–W6, see the README)
+//! against one server,
 //! with the limits measured in the same run.
 
 #[path = "../../../benches/support/workloads.rs"]

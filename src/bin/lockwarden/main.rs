@@ -79,7 +79,12 @@ enum Command {
         force: bool,
         name: String,
     },
-    /// Run the BENCHMARKS.md workloads against the given server.
+    /// Run the benchmark workloads against the given server: W1 one task
+    /// locking and unlocking one key; W2 32 tasks on distinct keys; W3 8
+    /// clients handing one key around (non-fair); W4 W1 over 5 masters (give
+    /// --redis five times); W5 W3 with the fair lock; W6 the watchdog holding
+    /// 10,000 locks. The limits (PING, a bare script) are measured first, in
+    /// the same run.
     Bench(bench::BenchArgs),
 }
 
