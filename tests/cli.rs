@@ -614,3 +614,20 @@ fn a_kill_grace_that_cannot_fit_in_the_lease_is_a_usage_error() {
     }
     assert!(server.keys("*").is_empty(), "nothing was taken");
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_same_definitions() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = Command::new(BIN).args(["completions", shell]).output().unwrap();
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("lockwarden") && text.contains("kill-grace"), "{shell}");
+    }
+    let o = Command::new(BIN).arg("man").output().unwrap();
+    assert_eq!(code(&o), 0);
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(page.contains(".TH lockwarden 1"), "{page}");
+    assert!(page.contains("bench"), "subcommands listed");
+    let o = Command::new(BIN).args(["completions", "cmd.exe"]).output().unwrap();
+    assert_eq!(code(&o), 64);
+}

@@ -86,6 +86,14 @@ enum Command {
     /// 10,000 locks. The limits (PING, a bare script) are measured first, in
     /// the same run.
     Bench(bench::BenchArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell), e.g. `lockwarden completions bash > /etc/bash_completion.d/lockwarden`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `lockwarden man > lockwarden.1`.
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -129,6 +137,26 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // Generated from the definitions above; no Redis needed.
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "lockwarden", &mut std::io::stdout());
+            return;
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let code = match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("lockwarden: cannot write the man page: {e}");
+                    EX_SOFTWARE
+                }
+            };
+            std::process::exit(code);
+        }
+        _ => {}
+    }
     if cli.verbose > 0 {
         let level = if cli.verbose == 1 {
             "lockwarden=debug"
@@ -207,6 +235,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::List { pattern, json } => inspect::list(&ctx, &pattern, json).await,
         Command::Unlock { name, .. } => inspect::force_unlock(&ctx, &name).await,
         Command::Bench(args) => bench::bench(&ctx, args).await,
+        Command::Completions { .. } | Command::Man => 0,
     }
 }
 
