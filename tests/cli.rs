@@ -631,3 +631,25 @@ fn completions_and_the_man_page_come_from_the_same_definitions() {
     let o = Command::new(BIN).args(["completions", "cmd.exe"]).output().unwrap();
     assert_eq!(code(&o), 64);
 }
+
+#[test]
+fn bench_without_json_prints_an_aligned_table() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["bench", "--workload", "W1", "--duration", "1s"]);
+    let o = run(c, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("workload") && lines[0].contains("ops/s"), "{out}");
+    let w1 = lines.iter().find(|l| l.starts_with("W1 ")).expect("a W1 row");
+    assert!(lines.iter().any(|l| l.starts_with("limit ping_c1")), "{out}");
+    // Every row has the header's width: the columns line up.
+    let width = lines[0].chars().count();
+    assert!(lines.iter().all(|l| l.chars().count() == width), "{out}");
+    assert!(
+        w1.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() > 0.0,
+        "{w1}"
+    );
+    assert!(stderr(&o).contains("W1"), "progress on stderr");
+}

@@ -116,29 +116,59 @@ async fn all_counters(masters: &[&fred::clients::Client]) -> Option<Counters> {
 
 struct Report {
     json: bool,
+    header_printed: std::cell::Cell<bool>,
 }
 
+/// The table's columns: heading, the JSON field shown, width.
+const COLUMNS: &[(&str, &str, usize)] = &[
+    ("ops/s", "ops_per_s", 10),
+    ("p50 µs", "p50_us", 9),
+    ("p99 µs", "p99_us", 9),
+    ("gap p50 µs", "gap_p50_us", 11),
+    ("errors", "errors", 7),
+    ("cmds/op", "redis_cmds_per_op", 8),
+    ("cpu µs/op", "redis_cpu_us_per_op", 10),
+    ("unsafe", "violations", 7),
+];
+
 impl Report {
+    fn new(json: bool) -> Report {
+        Report {
+            json,
+            header_printed: std::cell::Cell::new(false),
+        }
+    }
+
+    /// One result: a JSON line, or a row of the table (a person reading it
+    /// gets the same numbers, aligned; `--json` has every field).
     fn emit(&self, mut obj: Map<String, serde_json::Value>) {
         if self.json {
             println!("{}", serde_json::Value::Object(std::mem::take(&mut obj)));
             return;
         }
-        let name = obj
-            .remove("workload")
-            .or_else(|| {
-                obj.remove("limit")
-                    .map(|l| json!(format!("limit {}", l.as_str().unwrap_or(""))))
-            })
-            .unwrap_or_default();
-        let fields: Vec<String> = obj
-            .iter()
-            .map(|(k, v)| match v.as_f64() {
-                Some(f) if f.fract() != 0.0 => format!("{k}={f:.1}"),
-                _ => format!("{k}={v}"),
-            })
-            .collect();
-        println!("{:<16} {}", name.as_str().unwrap_or(""), fields.join("  "));
+        if !self.header_printed.replace(true) {
+            let mut line = format!("{:<22}", "workload");
+            for (head, _, width) in COLUMNS {
+                line.push_str(&format!(" {head:>width$}"));
+            }
+            println!("{line}");
+        }
+        let name = match (obj.get("workload"), obj.get("limit"), obj.get("peer")) {
+            (Some(w), _, Some(p)) => format!("{} ({})", w.as_str().unwrap_or(""), p.as_str().unwrap_or("")),
+            (Some(w), _, None) => w.as_str().unwrap_or("").to_string(),
+            (None, Some(l), _) => format!("limit {}", l.as_str().unwrap_or("")),
+            _ => String::new(),
+        };
+        let mut line = format!("{name:<22}");
+        for (_, field, width) in COLUMNS {
+            let cell = match obj.get(*field).and_then(serde_json::Value::as_f64) {
+                Some(f) if f.fract() != 0.0 => format!("{f:.1}"),
+                Some(f) => format!("{f:.0}"),
+                None => "-".to_string(),
+            };
+            line.push_str(&format!(" {cell:>width$}"));
+        }
+        println!("{line}");
     }
 }
 
@@ -222,7 +252,7 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let report = Report { json: args.json };
+    let report = Report::new(args.json);
     let redis = client.redis().clone();
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
 
