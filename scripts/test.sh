@@ -17,3 +17,5 @@ cargo test --lib --bins --tests --examples -- --test-threads=1
 cargo test --benches
 cargo test --doc
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+# No foreign type in the public API unless announced (stable rustdoc).
+scripts/check-public-api.sh

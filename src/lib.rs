@@ -127,6 +127,11 @@ pub use client::{
     MIN_WATCHDOG_LEASE,
 };
 pub use error::{Error, RedisErrorKind, Result};
+/// The Redis client lockwarden is built on, re-exported: its types appear in
+/// [`Client::redis`], [`Client::masters`] and [`Client::builder_from_config`].
+/// Use this path (`lockwarden::fred`) rather than a `fred` dependency of your
+/// own, so both always name the same version.
+pub use fred;
 pub use guard::LockGuard;
 pub use keys::{MAX_NAME_LEN, NAMESPACE};
 pub use lock::{Lease, Lock};
