@@ -75,7 +75,7 @@ impl Extensions {
     /// then is skipped.
     pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant, end: Option<Instant>) {
         let mut due = self.due.lock();
-        let first = due.peek().map_or(true, |d| at < d.at);
+        let first = due.peek().is_none_or(|d| at < d.at);
         due.push(Due {
             at,
             hold: Arc::downgrade(hold),

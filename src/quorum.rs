@@ -695,7 +695,7 @@ impl Rejoin {
         }
         let until = Instant::now() + (delay - uptime);
         let mut out = self.out_until.lock();
-        if out.map_or(true, |t| t < until) {
+        if out.is_none_or(|t| t < until) {
             tracing::warn!(
                 master = self.index,
                 uptime_s = uptime.as_secs(),
@@ -980,7 +980,7 @@ mod tests {
             }
             let mut hold = self.hold.lock();
             match &mut *hold {
-                Some((o, c)) if o == owner && token.map_or(true, |t| t == *self.counter.lock()) => {
+                Some((o, c)) if o == owner && token.is_none_or(|t| t == *self.counter.lock()) => {
                     *c -= 1;
                     if *c == 0 {
                         *hold = None;

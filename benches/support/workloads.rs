@@ -194,7 +194,7 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
     let mut in_order = 0;
     let mut later_min_req: Option<Instant> = None;
     for h in measured.iter().rev() {
-        if later_min_req.map_or(true, |m| h.t_req <= m) {
+        if later_min_req.is_none_or(|m| h.t_req <= m) {
             in_order += 1;
         }
         later_min_req = Some(later_min_req.map_or(h.t_req, |m| m.min(h.t_req)));
