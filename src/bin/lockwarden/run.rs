@@ -227,6 +227,10 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
             },
             reason = guard.lost() => break Outcome::Lost(reason),
             _ = check => {
+                // A lost hold has no validity left: say it was lost.
+                if let Some(reason) = guard.loss_reason() {
+                    break Outcome::Lost(reason);
+                }
                 let left = guard.validity();
                 if left <= stop_before {
                     break Outcome::AtRisk(left);
