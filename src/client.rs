@@ -1,7 +1,6 @@
 //! The client: connections, scripts, the subscriber and the watchdog.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
@@ -672,19 +671,6 @@ impl Drop for WakeId<'_> {
     fn drop(&mut self) {
         self.inner.wake_ids.lock().0.insert(self.n);
     }
-}
-
-static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {
-    let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
-    hi ^ lo
-});
-static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
-
-/// A request id: unique within this process (a counter) and across processes
-/// (a random 64-bit nonce; shorter keys than a uuid).
-pub(crate) fn fresh_request_id() -> String {
-    let n = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-    format!("{:016x}{n:x}", *REQUEST_NONCE)
 }
 
 impl Inner {

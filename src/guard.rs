@@ -249,7 +249,7 @@ impl LockGuard {
     /// Local bookkeeping of a release: stops renewal of the last level.
     fn begin_release(&mut self) -> Release {
         crate::observe::released(
-            crate::observe::Labels::of(&self.keys, &self.inner.settings),
+            crate::observe::Labels::of(&self.keys, self.inner.settings.metric_lock_names),
             self.acquired_at.elapsed(),
         );
         let pin = self.pin.take();
@@ -290,7 +290,7 @@ impl Release {
         // Armed before the await: dropping this future mid-call re-sends too.
         let mut pending = Resend {
             release: Some(self.clone_parts()),
-            request: crate::client::fresh_request_id(),
+            request: crate::keys::fresh_request_id(),
             sent_at: Instant::now(),
         };
         let res = crate::quorum::release(

@@ -20,6 +20,9 @@
 //! of a lock whose whole name would otherwise produce the same text (`x` and
 //! `{x}` get `lockwarden:{x}:…` and `lockwarden:#{x}:…`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
 use crate::error::{Error, Result};
 
 /// The longest lock name accepted, in bytes (prefix included).
@@ -96,6 +99,19 @@ impl LockKeys {
             fair: false,
         })
     }
+}
+
+static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {
+    let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
+    hi ^ lo
+});
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// A request id: unique within this process (a counter) and across processes
+/// (a random 64-bit nonce; shorter keys than a uuid).
+pub(crate) fn fresh_request_id() -> String {
+    let n = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}{n:x}", *REQUEST_NONCE)
 }
 
 /// The lock key whose fencing-token counter is `token_key`, if it is one.

@@ -347,7 +347,7 @@ impl Lock {
         let inner = self.inner.clone();
         let keys = self.keys.clone();
         let task = self.inner.spawner().spawn(async move {
-            let request = crate::client::fresh_request_id();
+            let request = crate::keys::fresh_request_id();
             let tokens = match &hold {
                 Some(h) => h.node_tokens.clone(),
                 None => vec![None; inner.members.len()],
@@ -408,7 +408,7 @@ impl Lock {
     }
 
     pub(crate) fn labels(&self) -> crate::observe::Labels<'_> {
-        crate::observe::Labels::of(&self.keys, &self.inner.settings)
+        crate::observe::Labels::of(&self.keys, self.inner.settings.metric_lock_names)
     }
 
     /// [`Lock::acquire_inner`] in a tracing span, with its outcome recorded.
@@ -482,7 +482,7 @@ impl Lock {
         // (Not with replica acknowledgements: a grant is written by the
         // unlock, and only the waiter's own write can be waited for.)
         let direct = fair && will_wait && self.inner.members.len() == 1 && self.inner.first().replicas.is_none();
-        let mut request = direct.then(crate::client::fresh_request_id);
+        let mut request = direct.then(crate::keys::fresh_request_id);
         let wake = request.as_ref().map(|_| crate::client::WakeId::take(&self.inner));
         let wake_name = wake.as_ref().map(|w| w.name.as_str());
         let mut queued = QueueExit {
@@ -758,7 +758,7 @@ impl Lock {
             Lease::Watchdog => self.inner.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = grant_to.map_or_else(crate::client::fresh_request_id, |(r, _)| r.to_owned());
+        let request = grant_to.map_or_else(crate::keys::fresh_request_id, |(r, _)| r.to_owned());
         let known = self
             .inner
             .holds
@@ -837,7 +837,7 @@ struct QueueExit<'a> {
 /// written to it since is the wait's to claim.
 fn renew_request(e: &Error, request: &mut Option<String>, queued: &mut QueueExit<'_>) {
     if request.is_some() && e.is_outcome_unknown() {
-        *request = Some(crate::client::fresh_request_id());
+        *request = Some(crate::keys::fresh_request_id());
         queued.request = request.clone();
     }
 }

@@ -314,7 +314,7 @@ impl Node {
                     // here, and the error says the outcome is known (not
                     // replayed and undone a second time).
                     if matches!(e, Error::Redis { .. }) {
-                        let undo = crate::client::fresh_request_id();
+                        let undo = crate::keys::fresh_request_id();
                         if let Err(u) = self
                             .release(keys, owner, Some(*token as u64), Duration::ZERO, &undo, false)
                             .await

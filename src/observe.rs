@@ -17,10 +17,11 @@ pub(crate) struct Labels<'a> {
 
 impl<'a> Labels<'a> {
     /// The labels of a lock: its kind, and its name when the client asks for it.
-    pub(crate) fn of(keys: &'a crate::keys::LockKeys, settings: &crate::client::Settings) -> Labels<'a> {
+    /// `with_name`: the client's `metric_lock_names` setting.
+    pub(crate) fn of(keys: &'a crate::keys::LockKeys, with_name: bool) -> Labels<'a> {
         Labels {
             kind: if keys.fair { "fair" } else { "reentrant" },
-            lock: settings.metric_lock_names.then_some(keys.name.as_str()),
+            lock: with_name.then_some(keys.name.as_str()),
         }
     }
 }

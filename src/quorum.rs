@@ -145,7 +145,7 @@ impl<M: NodeOps> Drop for Pending<M> {
 
 /// Releases one level that nobody will own a guard for.
 async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &str, token: Option<u64>) {
-    let request = crate::client::fresh_request_id();
+    let request = crate::keys::fresh_request_id();
     if let Err(e) = member
         .release(keys, owner, token, Duration::ZERO, &request, false)
         .await
@@ -175,7 +175,7 @@ impl<M: NodeOps> Partial<M> {
             let token = self.tokens[i];
             let (keys, owner) = (&self.keys, &self.owner);
             async move {
-                let request = crate::client::fresh_request_id();
+                let request = crate::keys::fresh_request_id();
                 let r = member
                     .release(keys, owner, token, Duration::ZERO, &request, false)
                     .await;
