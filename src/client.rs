@@ -66,6 +66,7 @@ pub struct ClientBuilder {
     metric_lock_names: bool,
     retry_transient_for: Duration,
     min_replicas: Option<(u32, Duration)>,
+    min_aof: Option<crate::node::AofConfirm>,
 }
 
 impl ClientBuilder {
@@ -78,13 +79,46 @@ impl ClientBuilder {
     /// (Sentinel, Cluster) promoting a replica that never received the
     /// lock; it costs a round trip per acquisition and per renewal batch,
     /// and up to `timeout` while replicas lag. It does not make the write
-    /// durable on disk, and a replica can still lose it in a restart.
+    /// durable on disk, and a replica can still lose it in a restart: see
+    /// [`min_aof_fsynced`](Self::min_aof_fsynced).
     /// `timeout` must be below the command timeout and a third of the
     /// watchdog lease. Off by default. Direct grants of the fair lock (an
     /// unlock handing the lock to the next waiter) are not used with it: the
     /// waiter takes the lock itself and waits for its acknowledgement.
     pub fn min_replicas_acked(mut self, n: u32, timeout: Duration) -> Self {
         self.min_replicas = Some((n, timeout));
+        self
+    }
+
+    /// Grants confirmed on disk: after each acquisition and each renewal,
+    /// `WAITAOF local replicas timeout` on the same connection asks that the
+    /// write is in the master's own append-only file (`local`) and in those
+    /// of at least `replicas` replicas, fsynced. With fewer, the attempt is
+    /// treated as with [`min_replicas_acked`](Self::min_replicas_acked): an
+    /// acquisition gave nothing (a retryable
+    /// [`RedisErrorKind::NotPersisted`](crate::RedisErrorKind::NotPersisted),
+    /// and the wait goes on), a renewal does not count.
+    ///
+    /// This protects against a restart losing the lock: a master (or a
+    /// promoted replica) that restarts from its append-only file still has
+    /// it, so no second holder can take it meanwhile. `WAIT` alone only
+    /// says replicas have the write in memory. Both may be set; each costs
+    /// a round trip per acquisition and per renewal batch, and `WAITAOF`
+    /// also the fsync itself (up to a second with `appendfsync everysec`;
+    /// with `appendfsync no` the master's own copy is never confirmed).
+    ///
+    /// Needs Redis 7.2 or later (or Valkey) and, with `local`, `appendonly
+    /// yes` on the masters: [`build`](Self::build) checks both and returns
+    /// [`Error::Config`] saying which is missing. `timeout` must be below
+    /// the command timeout and a third of the watchdog lease, and at least
+    /// one of `local` and `replicas` must be asked for. Off by default; the
+    /// fair lock's direct grants are not used with it.
+    pub fn min_aof_fsynced(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
+        self.min_aof = Some(crate::node::AofConfirm {
+            local,
+            replicas,
+            timeout,
+        });
         self
     }
 
@@ -223,18 +257,30 @@ impl ClientBuilder {
         }
         check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
         check_duration("retry time", self.retry_transient_for, Duration::ZERO)?;
-        if let Some((n, timeout)) = self.min_replicas {
-            if n == 0 {
-                return Err(Error::Config("min_replicas_acked: ask for at least one replica".into()));
-            }
-            check_duration("replica timeout", timeout, Duration::from_millis(1))?;
+        let confirm_timeout = |what: &str, name: &'static str, timeout: Duration| {
+            check_duration(name, timeout, Duration::from_millis(1))?;
             if timeout >= command_timeout || timeout >= self.watchdog_lease / 3 {
                 return Err(Error::Config(format!(
-                    "min_replicas_acked: the timeout ({timeout:?}) must be below the command timeout \
+                    "{what}: the timeout ({timeout:?}) must be below the command timeout \
                      ({command_timeout:?}) and a third of the watchdog lease ({:?})",
                     self.watchdog_lease / 3
                 )));
             }
+            Ok(())
+        };
+        if let Some((n, timeout)) = self.min_replicas {
+            if n == 0 {
+                return Err(Error::Config("min_replicas_acked: ask for at least one replica".into()));
+            }
+            confirm_timeout("min_replicas_acked", "replica timeout", timeout)?;
+        }
+        if let Some(aof) = self.min_aof {
+            if !aof.local && aof.replicas == 0 {
+                return Err(Error::Config(
+                    "min_aof_fsynced: ask for the master's own file, at least one replica, or both".into(),
+                ));
+            }
+            confirm_timeout("min_aof_fsynced", "aof timeout", aof.timeout)?;
         }
         check_duration(
             "fair waiter timeout",
@@ -305,7 +351,10 @@ impl ClientBuilder {
                     // (bounded by the command timeout), with a wide margin.
                     record_ttl,
                     waiter_timeout: self.fair_waiter_timeout,
-                    replicas: self.min_replicas,
+                    confirm: crate::node::Confirm {
+                        replicas: self.min_replicas,
+                        aof: self.min_aof,
+                    },
                 };
                 Arc::new(Member::new(node, i, self.rejoin_delay, quorum))
             })
@@ -323,6 +372,7 @@ impl ClientBuilder {
         .await;
         masters_checked?;
         channels_checked?;
+        check_aof_support(&members).await?;
         // Loading is an optimisation (a call falls back to EVAL on
         // NOSCRIPT): masters slow to answer finish it in the background.
         let loads = members
@@ -541,6 +591,32 @@ async fn check_channel_rights(members: &[Arc<Member>], prefix: &str) -> Result<(
     }
     // A refusal a retry cannot fix (a missing password, say) is the
     // build's error: every lock call would meet it.
+    match answers
+        .into_iter()
+        .flatten()
+        .find_map(|a| a.err().filter(|e| !e.is_retryable()))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// With [`ClientBuilder::min_aof_fsynced`]: the masters that answer can
+/// confirm writes on disk (one node per master; a cluster's others are
+/// checked by their first acquisition).
+async fn check_aof_support(members: &[Arc<Member>]) -> Result<()> {
+    if members[0].node.confirm.aof.is_none() {
+        return Ok(());
+    }
+    let probes = members
+        .iter()
+        .map(|m| {
+            let m = m.clone();
+            async move { m.node.check_aof_support().await }
+        })
+        .collect();
+    let grace = members[0].node.command_timeout;
+    let answers = crate::quorum::majority_then_grace(probes, Result::is_ok, grace).await;
     match answers
         .into_iter()
         .flatten()
@@ -793,6 +869,7 @@ impl Client {
             metric_lock_names: false,
             retry_transient_for: DEFAULT_RETRY_TRANSIENT_FOR,
             min_replicas: None,
+            min_aof: None,
         }
     }
 

