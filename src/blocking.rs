@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lock::Lease;
+use crate::settings::Lease;
 use crate::watchdog::LossReason;
 
 /// Panics when called from inside an async runtime (see the module docs).

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
 
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Lock;
@@ -12,43 +13,12 @@ use crate::node::Node;
 use crate::owner::{Owner, Owners};
 use crate::pubsub::PubSub;
 use crate::quorum::Member;
+use crate::settings::{
+    check_duration, Settings, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_TRANSIENT_FOR, DEFAULT_WATCHDOG_LEASE, MIN_WATCHDOG_LEASE,
+};
 use crate::tls::TlsSettings;
-use crate::watchdog::{self, Holds};
-
-/// The default watchdog lease, as in Redisson.
-pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
-/// The default per-call Redis timeout.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
-/// The default time after which a fair-lock waiter that stopped refreshing
-/// its place in the queue is evicted.
-pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default per-node timeout of a quorum of masters (the command timeout
-/// when several masters are given).
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
-/// The default time a wait without a deadline retries retryable errors
-/// ([`ClientBuilder::retry_transient_for`]).
-pub const DEFAULT_RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(10);
-/// The default connect timeout.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Shortest accepted watchdog lease: renewing every lease/3 must leave room
-/// for round trips.
-pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
-/// Shortest accepted fixed lease: a hold is valid for its lease minus the
-/// time acquiring took and a clock-drift allowance (1 % + 2 ms), so a shorter
-/// lease could never be granted.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
-/// Longest accepted lease, wait or timeout.
-pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
-
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) prefix: String,
-    pub(crate) watchdog_lease: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) metric_lock_names: bool,
-    /// How long a wait without a deadline retries retryable errors.
-    pub(crate) retry_transient_for: Duration,
-}
+use crate::watchdog::Holds;
 
 /// Builds a [`Client`]; see [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -397,7 +367,7 @@ impl ClientBuilder {
             });
         }
         let uuid = uuid::Uuid::new_v4().to_string();
-        let inner = Arc::new(Inner {
+        let inner = Core {
             owners: Arc::new(Owners::new(uuid.clone())),
             holds: Holds::new(uuid.clone()),
             uuid,
@@ -410,13 +380,12 @@ impl ClientBuilder {
                 metric_lock_names: self.metric_lock_names,
                 retry_transient_for: self.retry_transient_for,
             },
-            runtime: runtime.clone(),
+            spawner: crate::runtime::Spawner::new(runtime.clone()),
             sentinel_watchers,
             wake_ids: Default::default(),
             extensions: Default::default(),
-        });
-        runtime.spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease / 3));
-        runtime.spawn(crate::extend::run(Arc::downgrade(&inner), inner.extensions.clone()));
+        }
+        .start();
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");
         Ok(Client { inner })
     }
@@ -662,122 +631,6 @@ fn parse_url(url: &str) -> std::result::Result<Config, String> {
     Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details()))
 }
 
-fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<()> {
-    if value < min {
-        return Err(Error::InvalidDuration {
-            what,
-            value,
-            reason: "below the minimum",
-        });
-    }
-    if value > MAX_DURATION {
-        return Err(Error::InvalidDuration {
-            what,
-            value,
-            reason: "above the maximum of 30 days",
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn check_lease(value: Duration) -> Result<()> {
-    check_duration("lease", value, MIN_LEASE)
-}
-
-pub(crate) fn check_wait(value: Duration) -> Result<()> {
-    if value > MAX_DURATION {
-        return Err(Error::InvalidDuration {
-            what: "wait",
-            value,
-            reason: "above the maximum of 30 days",
-        });
-    }
-    Ok(())
-}
-
-pub(crate) struct Inner {
-    pub(crate) uuid: String,
-    /// The masters: one, or an odd number forming a quorum.
-    pub(crate) members: Vec<Arc<Member>>,
-    pub(crate) pubsub: Arc<PubSub>,
-    pub(crate) owners: Arc<Owners>,
-    pub(crate) holds: Holds,
-    pub(crate) settings: Settings,
-    pub(crate) runtime: tokio::runtime::Handle,
-    /// Connections to the sentinels of masters reached through Sentinel.
-    sentinel_watchers: Vec<fred::clients::SubscriberClient>,
-    /// Free wake ids of grant-asking fair waiters (see [`WakeId`]).
-    wake_ids: parking_lot::Mutex<(std::collections::BTreeSet<u64>, u64)>,
-    /// Lease extensions of directly granted fair holds (see [`crate::extend`]).
-    pub(crate) extensions: Arc<crate::extend::Extensions>,
-}
-
-/// Where one grant-asking fair waiter of this client listens:
-/// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
-/// free `n` while it waits, so no two waiters share one, and a client that
-/// waits again and again listens on the same channel, which then stays
-/// subscribed between its waits (pubsub's linger).
-pub(crate) struct WakeId<'a> {
-    inner: &'a Inner,
-    n: u64,
-    pub(crate) name: String,
-}
-
-impl WakeId<'_> {
-    pub(crate) fn take(inner: &Inner) -> WakeId<'_> {
-        let n = {
-            let mut ids = inner.wake_ids.lock();
-            match ids.0.pop_first() {
-                Some(n) => n,
-                None => {
-                    ids.1 += 1;
-                    ids.1 - 1
-                }
-            }
-        };
-        WakeId {
-            inner,
-            n,
-            name: format!("{}:w{n}", inner.uuid),
-        }
-    }
-}
-
-impl Drop for WakeId<'_> {
-    fn drop(&mut self) {
-        self.inner.wake_ids.lock().0.insert(self.n);
-    }
-}
-
-impl Inner {
-    /// The first master (the only one without a quorum).
-    pub(crate) fn first(&self) -> &Node {
-        &self.members[0].node
-    }
-
-    /// Where background work (release after drop or cancel) is spawned:
-    /// the current runtime, else the one the client was built on.
-    pub(crate) fn spawner(&self) -> tokio::runtime::Handle {
-        tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone())
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let clients: Vec<_> = self.members.iter().map(|m| m.node.client.clone()).collect();
-        let pubsub = self.pubsub.clone();
-        let watchers = std::mem::take(&mut self.sentinel_watchers);
-        // Closing is async; never block in drop.
-        self.spawner().spawn(async move {
-            crate::sentinel::quit(&watchers).await;
-            for client in clients {
-                let _ = client.quit().await;
-            }
-            pubsub.quit().await;
-        });
-    }
-}
-
 /// A connection to one Redis deployment, shared by all its locks.
 ///
 /// Cheap to clone (an `Arc`); clones share the connections, the client UUID
@@ -786,7 +639,7 @@ impl Drop for Inner {
 /// are dropped.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Core>,
 }
 
 impl std::fmt::Debug for Client {

@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::client::Inner;
 use crate::quorum::drift;
-use crate::watchdog::{Hold, LossReason};
+use crate::watchdog::{Hold, LossReason, Renewing};
 
 /// Extensions due this close together run in one wake-up (early by at most
 /// this much, which only makes the lease start sooner).
@@ -99,8 +98,15 @@ impl Extensions {
     }
 }
 
-/// The task running a client's extensions, until the client is gone.
-pub(crate) async fn run(inner: Weak<Inner>, ext: Arc<Extensions>) {
+/// The task running a client's extensions on what `parts` lends of `owner`,
+/// until `owner` is gone. Each extension runs in a task of its own, on
+/// `spawner`'s runtime.
+pub(crate) async fn run<T: Send + Sync + 'static>(
+    owner: Weak<T>,
+    ext: Arc<Extensions>,
+    parts: fn(&T) -> Renewing<'_>,
+    spawner: crate::runtime::Spawner,
+) {
     loop {
         // Registered before looking at the queue: an extension queued after
         // the look still wakes this sleep.
@@ -110,15 +116,15 @@ pub(crate) async fn run(inner: Weak<Inner>, ext: Arc<Extensions>) {
         let now = Instant::now();
         let (due, next) = ext.take_due(now);
         if !due.is_empty() {
-            let Some(inner) = inner.upgrade() else { return };
+            let Some(owner) = owner.upgrade() else { return };
             for d in due {
                 let Some(hold) = d.hold.upgrade() else { continue };
-                if still_held(&inner, &hold) {
-                    let inner = inner.clone();
-                    inner.spawner().spawn(async move { extend(&inner, &hold, d.end).await });
+                if still_held(parts(&owner).holds, &hold) {
+                    let owner = owner.clone();
+                    spawner.spawn(async move { extend(parts(&owner), &hold, d.end).await });
                 }
             }
-        } else if inner.strong_count() == 0 {
+        } else if owner.strong_count() == 0 {
             return;
         }
         let until = next.map_or(now + IDLE_CHECK, |n| n.min(now + IDLE_CHECK));
@@ -130,35 +136,34 @@ pub(crate) async fn run(inner: Weak<Inner>, ext: Arc<Extensions>) {
 }
 
 /// Whether `hold` is still this client's live hold of its lock.
-fn still_held(inner: &Inner, hold: &Arc<Hold>) -> bool {
+fn still_held(holds: &crate::watchdog::Holds, hold: &Arc<Hold>) -> bool {
     hold.lost_reason().is_none()
-        && inner
-            .holds
+        && holds
             .find(&hold.lock_key, &hold.owner_field)
             .is_some_and(|h| Arc::ptr_eq(&h, hold))
 }
 
 /// Sets `hold`'s lease (never shortening) to run until `end` (`None`: a
 /// full watchdog lease) and moves its validity on when confirmed. A hold
-/// found gone is lost.
-async fn extend(inner: &Inner, hold: &Arc<Hold>, end: Option<Instant>) {
+/// found gone is lost. Directly granted holds exist on one master only.
+async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
     let sent = Instant::now();
     let lease = match end {
-        None => inner.settings.watchdog_lease,
+        None => r.settings.watchdog_lease,
         Some(end) => end.saturating_duration_since(sent),
     };
     if lease.is_zero() {
         return;
     }
-    let timeout = inner.settings.command_timeout;
-    match inner
-        .first()
+    let timeout = r.settings.command_timeout;
+    match r.members[0]
+        .node
         .renew(&[(&hold.lock_key, &hold.owner_field)], lease, timeout)
         .await
     {
         Ok(flags) if flags.first() == Some(&true) => hold.extend(sent + lease.saturating_sub(drift(lease))),
         Ok(_) => {
-            if still_held(inner, hold) {
+            if still_held(r.holds, hold) {
                 hold.mark_lost(LossReason::Gone);
             }
         }

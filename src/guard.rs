@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Inner;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::lock::Lease;
 use crate::owner::{Owner, OwnerPin};
 use crate::quorum::{Grant, Released};
+use crate::settings::Lease;
 use crate::watchdog::{Hold, LossReason};
 
 /// One level of a held lock.
@@ -19,7 +19,7 @@ use crate::watchdog::{Hold, LossReason};
 /// unlocked from, any task.
 #[must_use = "dropping the guard releases the lock in the background at once; keep it for the whole critical section"]
 pub struct LockGuard {
-    inner: Arc<Inner>,
+    inner: Arc<Core>,
     keys: Arc<LockKeys>,
     hold: Arc<Hold>,
     pin: Option<OwnerPin>,
@@ -41,7 +41,7 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>, pin: OwnerPin, grant: &Grant, lease: Lease) -> LockGuard {
+    pub(crate) fn new(inner: Arc<Core>, keys: Arc<LockKeys>, pin: OwnerPin, grant: &Grant, lease: Lease) -> LockGuard {
         let watchdog = lease == Lease::Watchdog;
         let hold = inner.holds.enter(&keys.lock, &pin.owner.field, grant, watchdog);
         let depth = grant.depth;
@@ -273,7 +273,7 @@ impl LockGuard {
 }
 
 struct Release {
-    inner: Arc<Inner>,
+    inner: Arc<Core>,
     keys: Arc<LockKeys>,
     hold: Arc<Hold>,
     relet: Duration,

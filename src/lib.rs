@@ -106,8 +106,10 @@
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
+mod core;
 mod error;
 mod extend;
+mod fair;
 mod guard;
 mod keys;
 mod lock;
@@ -116,16 +118,15 @@ mod observe;
 mod owner;
 mod pubsub;
 mod quorum;
+mod runtime;
 mod sentinel;
+mod settings;
 mod status;
 mod tls;
+mod wait;
 mod watchdog;
 
-pub use client::{
-    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_TRANSIENT_FOR, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE,
-    MIN_WATCHDOG_LEASE,
-};
+pub use client::{Client, ClientBuilder};
 pub use error::{Error, RedisErrorKind, Result};
 /// The Redis client lockwarden is built on, re-exported: its types appear in
 /// [`Client::redis`], [`Client::masters`] and [`Client::builder_from_config`].
@@ -134,7 +135,12 @@ pub use error::{Error, RedisErrorKind, Result};
 pub use fred;
 pub use guard::LockGuard;
 pub use keys::{MAX_NAME_LEN, NAMESPACE};
-pub use lock::{Lease, Lock};
+pub use lock::Lock;
 pub use owner::Owner;
+pub use settings::Lease;
+pub use settings::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_RETRY_TRANSIENT_FOR, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
+};
 pub use status::LockStatus;
 pub use watchdog::LossReason;

@@ -301,7 +301,7 @@ impl Node {
             Some(k) => ClusterHash::Custom(fred::util::redis_keyslot(k.as_bytes())),
             None => ClusterHash::Random,
         };
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff = crate::runtime::Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
         let mut use_eval = false;
         let mut attempt = 0u32;
         let mut resent = false;
@@ -342,7 +342,7 @@ impl Node {
                 Err(e) => {
                     let err = Error::from_script(script.op, keys, timeout, e);
                     let left = deadline.saturating_duration_since(Instant::now());
-                    if !matches!(err, Error::Connection { .. }) || left <= backoff {
+                    if !matches!(err, Error::Connection { .. }) || left <= backoff.peek() {
                         return Err(err);
                     }
                     // On a cluster this is also a MOVED that fred followed
@@ -350,8 +350,7 @@ impl Node {
                     // request goes again, now to the slot's new owner.
                     tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
                     resent = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                    tokio::time::sleep(backoff.next()).await;
                 }
             }
         }

@@ -142,8 +142,8 @@ impl Drop for Waiting<'_> {
 }
 
 /// The failure class of an error, as a metric label.
-pub(crate) fn reason(e: &crate::Error) -> &'static str {
-    use crate::Error as E;
+pub(crate) fn reason(e: &crate::error::Error) -> &'static str {
+    use crate::error::Error as E;
     match e {
         E::Connection { .. } => "connection",
         E::Timeout { .. } => "redis_timeout",

@@ -19,6 +19,10 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::runtime::Backoff;
+
+/// The pauses between re-sends of a request whose outcome is unknown.
+const RESEND: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// Masters needed out of `n`.
 pub(crate) const fn majority(n: usize) -> usize {
@@ -125,16 +129,15 @@ impl<M: NodeOps> Drop for Pending<M> {
         let request = std::mem::take(&mut self.request);
         spawn(async move {
             let give_up = Instant::now() + lease;
-            let mut pause = Duration::from_millis(50);
+            let mut pause = RESEND;
             loop {
                 match member.acquire(&keys, &owner, lease, &request, false, None).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
                     }
-                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
+                    Err(e) if e.is_outcome_unknown() && Instant::now() + pause.peek() < give_up => {
+                        tokio::time::sleep(pause.next()).await;
                     }
                     _ => break,
                 }
@@ -268,6 +271,29 @@ impl<F: Future> Stream for Unordered<F> {
             std::task::Poll::Ready(None)
         }
     }
+}
+
+/// Runs `f` on every master at once and waits for all; the answers, when a
+/// majority answered, else the quorum error naming the failures.
+pub(crate) async fn on_each<'a, T, F, Fut>(members: &'a [Arc<Member>], op: &'static str, f: F) -> Result<Vec<T>>
+where
+    F: Fn(&'a Node) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let n = members.len();
+    let results = futures::future::join_all(members.iter().map(|m| f(&m.node))).await;
+    let mut ok = Vec::with_capacity(n);
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(v) => ok.push(v),
+            Err(e) => errors.push(e),
+        }
+    }
+    if ok.len() < majority(n) {
+        return Err(quorum_error(op, n, ok.len(), errors));
+    }
+    Ok(ok)
 }
 
 /// Runs one future per master and returns each one's output, `None` for
@@ -641,12 +667,11 @@ pub(crate) async fn resend_release<M: NodeOps>(
     request: String,
     give_up: Instant,
 ) {
-    let mut pause = Duration::from_millis(50);
+    let mut pause = RESEND;
     loop {
         match member.release(&keys, &owner, token, relet, &request, true).await {
-            Err(e) if e.is_outcome_unknown() && Instant::now() + pause < give_up => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+            Err(e) if e.is_outcome_unknown() && Instant::now() + pause.peek() < give_up => {
+                tokio::time::sleep(pause.next()).await;
             }
             Err(e) => {
                 tracing::warn!(lock = %keys.name, error = %e, "release still unconfirmed; the lease bounds the hold");
@@ -756,7 +781,7 @@ impl Member {
         self.identified.store(false, Ordering::Release);
         let member = Arc::downgrade(self);
         spawn(async move {
-            let mut pause = Duration::from_millis(50);
+            let mut pause = RESEND;
             loop {
                 // Ends with the client.
                 let Some(m) = member.upgrade() else { return };
@@ -790,8 +815,7 @@ impl Member {
                     }
                 }
                 drop(m);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+                tokio::time::sleep(pause.next()).await;
             }
         });
     }
@@ -804,7 +828,7 @@ impl Member {
         }
         let (node, rejoin) = (self.node.clone(), self.rejoin.clone());
         spawn(async move {
-            let mut pause = Duration::from_millis(20);
+            let mut pause = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
             loop {
                 match node.identity().await {
                     Ok((_, uptime)) => {
@@ -812,10 +836,7 @@ impl Member {
                         rejoin.suspect.store(false, Ordering::Release);
                         return;
                     }
-                    Err(_) => {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
-                    }
+                    Err(_) => tokio::time::sleep(pause.next()).await,
                 }
             }
         });

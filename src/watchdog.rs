@@ -15,8 +15,8 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::client::Inner;
-use crate::quorum::{drift, majority, Grant};
+use crate::quorum::{drift, majority, Grant, Member};
+use crate::settings::Settings;
 
 /// Most keys renewed by one script call.
 pub(crate) const BATCH: usize = 100;
@@ -263,14 +263,23 @@ impl Holds {
     }
 }
 
-/// The watchdog task: runs until the client is gone.
-pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
+/// What renewing holds needs of a client: its holds, its masters and its
+/// settings (lent by the client's core, which owns them).
+pub(crate) struct Renewing<'a> {
+    pub(crate) holds: &'a Holds,
+    pub(crate) members: &'a [Arc<Member>],
+    pub(crate) settings: &'a Settings,
+}
+
+/// The watchdog task: a [`tick`] every `period` on what `parts` lends of
+/// `owner`, until `owner` is gone.
+pub(crate) async fn run<T: Send + Sync + 'static>(owner: Weak<T>, period: Duration, parts: fn(&T) -> Renewing<'_>) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        tick(&inner).await;
+        let Some(owner) = owner.upgrade() else { return };
+        tick(parts(&owner)).await;
     }
 }
 
@@ -278,25 +287,21 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
 /// when a majority confirms it: its validity then runs from when the
 /// renewal was sent. A majority reporting the owner's field gone loses it at
 /// once; otherwise it is lost when its validity ends unconfirmed.
-pub(crate) async fn tick(inner: &Inner) {
-    let holds = inner.holds.watched();
+pub(crate) async fn tick(r: Renewing<'_>) {
+    let holds = r.holds.watched();
     if holds.is_empty() {
         return;
     }
-    let lease = inner.settings.watchdog_lease;
+    let lease = r.settings.watchdog_lease;
     // A renewal call must not outlive its period, or ticks pile up.
-    let timeout = inner
-        .settings
-        .command_timeout
-        .min(lease / 3)
-        .max(Duration::from_millis(1));
-    let n = inner.members.len();
+    let timeout = r.settings.command_timeout.min(lease / 3).max(Duration::from_millis(1));
+    let n = r.members.len();
     let need = majority(n);
     let sent_at = Instant::now();
     // (confirmed, gone) per hold.
     let tally: Mutex<Vec<(usize, usize)>> = Mutex::new(vec![(0, 0); holds.len()]);
     let indexed: Vec<(usize, &Arc<Hold>)> = holds.iter().enumerate().collect();
-    let per_master = inner.members.iter().filter(|m| crate::quorum::NodeOps::counts(&***m)).map(|m| {
+    let per_master = r.members.iter().filter(|m| crate::quorum::NodeOps::counts(&***m)).map(|m| {
         let clustered = fred::prelude::ClientLike::is_clustered(&m.node.client);
         let mut groups: HashMap<u16, Vec<(usize, &Arc<Hold>)>> = HashMap::new();
         for (i, h) in &indexed {
@@ -332,7 +337,7 @@ pub(crate) async fn tick(inner: &Inner) {
                     tracing::debug!(size = batch.len(), node = m.index, error = %e, "renewal batch failed, retrying next tick");
                     crate::observe::renewals(0, batch.len() as u64);
                     crate::observe::node_failure(m.index);
-                    if matches!(e, crate::Error::Connection { .. }) {
+                    if matches!(e, crate::error::Error::Connection { .. }) {
                         m.suspect();
                     }
                 }

@@ -1,0 +1,339 @@
+//! The fair lock's policy over the wait loop: its place in the queue, its
+//! own wake channel, and direct grants.
+//!
+//! A fair waiter takes its place in the queue with its very first attempt,
+//! so its position is the order it asked in; from then on every way out
+//! without the lock leaves the queue ([`QueueExit`]). Unlocks wake only the
+//! head, on a channel of its own. On one master a queued waiter also asks
+//! for direct grants: an unlock hands it the lock and says so in the wake
+//! message (`lua/fair_release.lua`), which saves the waiter's acquire round
+//! trip.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::keys::LockKeys;
+use crate::owner::OwnerPin;
+use crate::pubsub::Interest;
+use crate::quorum::Grant;
+use crate::runtime::Backoff;
+use crate::settings::Lease;
+use crate::wait::{Policy, Request, Target};
+
+/// The fair acquire's reply when the lock is free but other waiters are ahead.
+const FREE_BUT_QUEUED: i64 = -3;
+
+/// Where one grant-asking fair waiter of this client listens:
+/// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
+/// free `n` while it waits, so no two waiters share one, and a client that
+/// waits again and again listens on the same channel, which then stays
+/// subscribed between its waits (pubsub's linger).
+struct WakeId<'a> {
+    core: &'a Core,
+    n: u64,
+    name: String,
+}
+
+impl WakeId<'_> {
+    fn take(core: &Core) -> WakeId<'_> {
+        let n = {
+            let mut ids = core.wake_ids.lock();
+            match ids.0.pop_first() {
+                Some(n) => n,
+                None => {
+                    ids.1 += 1;
+                    ids.1 - 1
+                }
+            }
+        };
+        WakeId {
+            core,
+            n,
+            name: format!("{}:w{n}", core.uuid),
+        }
+    }
+}
+
+impl Drop for WakeId<'_> {
+    fn drop(&mut self) {
+        self.core.wake_ids.lock().0.insert(self.n);
+    }
+}
+
+/// One wait of a fair lock.
+pub(crate) struct FairWait<'a> {
+    t: Target<'a>,
+    owner: &'a Arc<str>,
+    /// The wait joins the queue (it is not a single attempt).
+    will_wait: bool,
+    /// The wait's request id, when it asks for direct grants: every attempt
+    /// carries it, and an unlock fills its record with the grant (so a lost
+    /// message only delays). No record exists before a success, so re-using
+    /// it across attempts is safe, except after an attempt whose outcome is
+    /// unknown (see [`FairWait::on_error`]).
+    request: Option<String>,
+    wake: Option<WakeId<'a>>,
+    queued: QueueExit<'a>,
+    /// Live waiters re-run the acquire script (refreshing their deadline)
+    /// three times per waiter timeout, however long the holder keeps it.
+    refresh: Duration,
+    queued_backoff: Backoff,
+}
+
+impl<'a> FairWait<'a> {
+    /// The wait of `owner`; `will_wait`: more than one attempt.
+    pub(crate) fn new(t: Target<'a>, owner: &'a Arc<str>, will_wait: bool) -> FairWait<'a> {
+        // Direct grants need one master, and none of the replica or disk
+        // confirmations: a grant is written by the unlock, and only the
+        // waiter's own write can be waited for.
+        let direct = will_wait && t.core.members.len() == 1 && !t.core.first().confirm.any();
+        let request = direct.then(crate::keys::fresh_request_id);
+        let refresh = t.core.first().waiter_timeout / 3;
+        FairWait {
+            t,
+            owner,
+            will_wait,
+            wake: request.as_ref().map(|_| WakeId::take(t.core)),
+            queued: QueueExit {
+                t,
+                owner,
+                request: request.clone(),
+                armed: will_wait,
+            },
+            request,
+            refresh,
+            queued_backoff: Backoff::new(Duration::from_millis(10), refresh),
+        }
+    }
+
+    /// The guard for a direct grant, when `msg` ("g <token> <lease ms>
+    /// <request id>") names this wait's request. The grant happened after
+    /// the attempt sent at `sent_at` (else that attempt would have returned
+    /// it), so its lease is counted from there; `None` also when half of it
+    /// would be gone by that count. A grant's lease is at most the waiter's
+    /// queue deadline, so a grantee that died blocks the queue no longer
+    /// than its eviction would; a third of the way into it, a hold still
+    /// held gets its own lease (as a renewal would, see `crate::extend`).
+    /// Short holds never need that call.
+    fn claim_grant(&self, pin: &OwnerPin, lease: Lease, msg: &str, sent_at: Instant) -> Option<LockGuard> {
+        let request = self.request.as_deref()?;
+        let mut parts = msg.split(' ');
+        let (Some("g"), Some(token), Some(ms), Some(id), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let (Ok(token), Ok(ms)) = (token.parse::<u64>(), ms.parse::<u64>()) else {
+            return None;
+        };
+        if id != request {
+            return None; // an earlier wait's grant, already settled by it
+        }
+        let granted = Duration::from_millis(ms);
+        if Instant::now() >= sent_at + granted / 2 {
+            // The waiter slept long since its last attempt (or the lease is
+            // short): counted from then, too little of the grant would be
+            // left. Its next attempt returns the grant from the record, with
+            // its own lease counted from now.
+            return None;
+        }
+        let grant = Grant {
+            token,
+            depth: 1,
+            node_tokens: vec![Some(token)],
+            sent_at,
+            valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
+        };
+        let core = self.t.core;
+        let guard = LockGuard::new(core.clone(), self.t.keys.clone(), pin.duplicate(), &grant, lease);
+        // Where the hold's own lease ends: the watchdog's runs from the
+        // extension, a fixed one from the acquisition.
+        let end = match lease {
+            Lease::Watchdog if core.settings.watchdog_lease > granted => None,
+            Lease::Fixed(d) if d > granted => Some(sent_at + d),
+            _ => return Some(guard),
+        };
+        core.extensions.schedule(guard.hold(), sent_at + granted / 3, end);
+        Some(guard)
+    }
+}
+
+impl Policy for FairWait<'_> {
+    /// Its wake id's channel, or its owner's: an unlock wakes only the head.
+    fn channel(&self, t: Target<'_>) -> String {
+        match &self.wake {
+            Some(w) => format!("{}{}", t.keys.wake_prefix, w.name),
+            None => format!("{}{}", t.keys.wake_prefix, self.owner),
+        }
+    }
+
+    fn early_interest(&self, t: Target<'_>, channel: &str) -> Option<Interest> {
+        self.wake
+            .as_ref()
+            .and_then(|_| t.core.pubsub.interest_if_subscribed(channel))
+    }
+
+    fn request(&self) -> Request<'_> {
+        Request {
+            enqueue: self.will_wait,
+            grant_to: self.request.as_deref().zip(self.wake.as_ref().map(|w| w.name.as_str())),
+        }
+    }
+
+    /// Each attempt (re-)joins the queue, so leaving is owed again.
+    fn turn(&mut self) {
+        self.queued.armed = true;
+    }
+
+    /// A waiter asking for grants first checks cheaply whether the lock was
+    /// freed or granted to it before it subscribed; if neither, its queued
+    /// place and its first attempt's answer stand (a later grant arrives as
+    /// a message, or in the record).
+    fn first_answer_stands(&self, t: Target<'_>, listened_early: bool) -> impl Future<Output = Result<bool>> + Send {
+        let request = self.request.clone();
+        let node = t.core.first().clone();
+        let keys = t.keys.clone();
+        async move {
+            match request {
+                Some(_) if listened_early => Ok(true),
+                Some(id) => node.worth_an_attempt(&keys, &id).await.map(|worth| !worth),
+                None => Ok(false),
+            }
+        }
+    }
+
+    fn pause(&mut self, pttl: i64, bound: Duration) -> Duration {
+        let sleep = if pttl == FREE_BUT_QUEUED {
+            // The head is about to take the lock; re-read soon to learn its
+            // lease (an expiring lease publishes nothing). Backs off, so a
+            // dead head costs a handful of attempts until it is evicted.
+            self.queued_backoff.next()
+        } else {
+            self.queued_backoff.reset();
+            bound
+        };
+        sleep.min(self.refresh)
+    }
+
+    /// Leaves every queue: masters whose queues disagree on the order would
+    /// otherwise keep handing their heads different waiters.
+    fn on_split(&mut self) -> impl Future<Output = ()> + Send {
+        self.queued.leave_now()
+    }
+
+    fn on_wake(
+        &mut self,
+        _t: Target<'_>,
+        pin: &OwnerPin,
+        lease: Lease,
+        grant: Option<String>,
+        sent_at: Instant,
+    ) -> Option<LockGuard> {
+        let guard = self.claim_grant(pin, lease, &grant?, sent_at)?;
+        self.queued.armed = false; // the grant removed us from the queue
+        Some(guard)
+    }
+
+    /// When the attempt's outcome is unknown, the quorum layer re-sends it
+    /// in the background and gives back whatever it got (a hold, or a grant
+    /// an unlock wrote to its record), so the wait must not replay that id
+    /// and take the same record as its own: it goes on under a fresh id,
+    /// which its next attempt writes into its ask. After a known refusal
+    /// the id stays: a grant written to it since is the wait's to claim.
+    fn on_error(&mut self, e: &Error) {
+        if self.request.is_some() && e.is_outcome_unknown() {
+            self.request = Some(crate::keys::fresh_request_id());
+            self.queued.request = self.request.clone();
+        }
+    }
+
+    /// Taking the lock removed the waiter from the queue. Granted by a
+    /// majority, it leaves the queues of the other masters in the
+    /// background, so it does not block them.
+    fn on_grant(&mut self, t: Target<'_>, grant: &Grant) {
+        self.queued.armed = false;
+        if !self.will_wait || t.core.members.len() == 1 {
+            return;
+        }
+        for (i, token) in grant.node_tokens.iter().enumerate() {
+            if token.is_none() {
+                let (m, keys, owner) = (t.core.members[i].clone(), t.keys.clone(), self.owner.clone());
+                t.core.spawner().spawn(async move {
+                    let _ = m.node.leave(&keys, &owner, None).await;
+                });
+            }
+        }
+    }
+
+    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
+        self.queued.leave_now()
+    }
+}
+
+/// A fair waiter's place in the queue. Dropped while armed (the waiting
+/// future cancelled, or an error), it leaves the queue in the background at
+/// once, re-sending until the server answers (leaving is idempotent).
+/// A wait that asked for direct grants also gives back a grant it never
+/// learned of.
+struct QueueExit<'a> {
+    t: Target<'a>,
+    owner: &'a Arc<str>,
+    /// The wait's current request id, when it asks for direct grants.
+    request: Option<String>,
+    armed: bool,
+}
+
+impl QueueExit<'_> {
+    /// Leaves now and waits for it; on failure the drop retries in the
+    /// background.
+    async fn leave_now(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if leave_all(self.t.core, self.t.keys, self.owner, self.request.as_deref())
+            .await
+            .is_ok()
+        {
+            self.armed = false;
+        }
+    }
+}
+
+impl Drop for QueueExit<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (core, keys, owner, request) = (
+            self.t.core.clone(),
+            self.t.keys.clone(),
+            self.owner.clone(),
+            self.request.take(),
+        );
+        let spawner = core.spawner().clone();
+        spawner.spawn(async move {
+            let give_up = Instant::now() + core.first().waiter_timeout;
+            let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref()).await {
+                if Instant::now() + pause.peek() >= give_up {
+                    // The waiter timeout evicts it anyway.
+                    tracing::debug!(lock = %keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
+                    break;
+                }
+                tokio::time::sleep(pause.next()).await;
+            }
+        });
+    }
+}
+
+/// Leaves the queue on every master; fine when a majority confirmed.
+/// `request`: the wait's id, when it asked for direct grants.
+pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
+    crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,406 @@
+//! The one wait loop of every lock kind, and the small policy trait through
+//! which a kind shapes it.
+//!
+//! A wait makes a first attempt without subscribing (the uncontended path is
+//! a single script call), then listens on its channel and alternates
+//! attempts with sleeps. A sleep ends at the first wake message or when the
+//! holder's remaining lease runs out, whichever comes first, so a lost
+//! message only delays. Retryable failures pause with a backoff (see
+//! [`Retries`]); a split between contenders pauses at random. A kind adds
+//! what it needs through [`Policy`]: the reentrant lock takes every default,
+//! the fair lock (`crate::fair`) keeps its place in a queue and takes direct
+//! grants.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::keys::LockKeys;
+use crate::owner::OwnerPin;
+use crate::pubsub::Interest;
+use crate::quorum::{Ask, Attempt, Grant};
+use crate::runtime::Backoff;
+use crate::settings::Lease;
+
+/// The lock a wait is for: the client's core and the lock's keys.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) core: &'a Arc<Core>,
+    pub(crate) keys: &'a Arc<LockKeys>,
+}
+
+impl<'a> Target<'a> {
+    pub(crate) fn labels(&self) -> crate::observe::Labels<'a> {
+        crate::observe::Labels::of(self.keys, self.core.settings.metric_lock_names)
+    }
+}
+
+/// What a kind adds to each acquire request of a wait.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    /// Join (or refresh a place in) the lock's queue.
+    pub(crate) enqueue: bool,
+    /// Ask for direct grants: the wait's request id, and its wake id.
+    pub(crate) grant_to: Option<(&'a str, &'a str)>,
+}
+
+/// The hooks through which a lock kind shapes [`wait`]. Every default is
+/// the reentrant lock's behaviour.
+pub(crate) trait Policy: Send {
+    /// The channel whose messages wake this wait: by default the lock's,
+    /// which every unlock publishes on.
+    fn channel(&self, t: Target<'_>) -> String {
+        t.keys.channel.clone()
+    }
+
+    /// A subscription to `channel` that is still open (from an earlier
+    /// wait), to listen from before the first attempt; `None` subscribes
+    /// after it.
+    fn early_interest(&self, _t: Target<'_>, _channel: &str) -> Option<Interest> {
+        None
+    }
+
+    /// What the next attempt adds to its request.
+    fn request(&self) -> Request<'_> {
+        Request::default()
+    }
+
+    /// Each turn of the loop starts here, before its attempt.
+    fn turn(&mut self) {}
+
+    /// On the first turn only: whether the first attempt's answer still
+    /// stands, so the turn makes no attempt. `listened_early`: the wait
+    /// has listened since before that attempt.
+    fn first_answer_stands(&self, _t: Target<'_>, _listened_early: bool) -> impl Future<Output = Result<bool>> + Send {
+        async { Ok(false) }
+    }
+
+    /// How long to sleep after a denial whose holders have `pttl` ms of
+    /// lease left (not after a split); `bound` is the default, the
+    /// remaining lease.
+    fn pause(&mut self, _pttl: i64, bound: Duration) -> Duration {
+        bound
+    }
+
+    /// Masters split between contenders (each gave its part back); the wait
+    /// pauses at random before its next attempt.
+    fn on_split(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// A wake message arrived (`grant`: one that hands over the lock, as
+    /// the subscriber kept it): the guard, when it is this wait's lock.
+    /// The last attempt was sent at `sent_at`.
+    fn on_wake(
+        &mut self,
+        _t: Target<'_>,
+        _pin: &OwnerPin,
+        _lease: Lease,
+        _grant: Option<String>,
+        _sent_at: Instant,
+    ) -> Option<LockGuard> {
+        None
+    }
+
+    /// An attempt failed with `e` (retried, or returned).
+    fn on_error(&mut self, _e: &Error) {}
+
+    /// An attempt was granted `grant`; its guard is made next.
+    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {}
+
+    /// The wait ends without the lock (its deadline passed).
+    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// The reentrant lock's policy: every default.
+pub(crate) struct Reentrant;
+
+impl Policy for Reentrant {}
+
+/// Waits for the lock until `deadline` (`None`: without end), shaped by
+/// `policy`. Returns the guard, `None` when the deadline passed with the
+/// lock held by others, or the error that ended the wait.
+///
+/// Cancel safe: an attempt's levels are given back if it is dropped (see
+/// `quorum::acquire`), and the policy's drop undoes what it joined.
+pub(crate) async fn wait<P: Policy>(
+    t: Target<'_>,
+    pin: &OwnerPin,
+    lease: Lease,
+    deadline: Option<Instant>,
+    mut policy: P,
+) -> Result<Option<LockGuard>> {
+    let channel = policy.channel(t);
+    // A waiter whose channel is still subscribed keeps it from before its
+    // first attempt: any grant after that attempt then reaches it.
+    let early = policy.early_interest(t, &channel);
+    let listened_early = early.is_some();
+    // First attempt without subscribing: the uncontended path is a single
+    // script call.
+    let first_sent = Instant::now();
+    let mut retries = Retries::new(t, deadline);
+    let mut first = true;
+    let first_pttl = match attempt(t, pin, lease, &mut policy).await {
+        Ok(Ok(guard)) => return Ok(Some(guard)),
+        Ok(Err((pttl, _))) => pttl,
+        Err(e) => {
+            // Nothing is known of the lock: the loop's first turn makes a
+            // full attempt after the pause.
+            first = false;
+            policy.on_error(&e);
+            tokio::time::sleep(retries.after(e)?).await;
+            0
+        }
+    };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        policy.give_up().await;
+        return retries.at_deadline();
+    }
+    let interest = early.unwrap_or_else(|| t.core.pubsub.interest(&channel));
+    // Subscribing counts against the wait like everything else, and is
+    // retried like an attempt.
+    let subscribed = async {
+        loop {
+            match interest.ready().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let pause = retries.after(e)?;
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    };
+    match deadline {
+        Some(d) => {
+            if tokio::time::timeout_at(d.into(), subscribed).await.is_err() {
+                policy.give_up().await;
+                return retries.at_deadline();
+            }
+        }
+        None => subscribed.await?,
+    }
+    let mut split_backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
+    let _waiting = crate::observe::Waiting::enter(&t.core.uuid);
+    let mut sent_at = first_sent;
+    loop {
+        // Registered before the attempt: an unlock landing between the
+        // attempt and the sleep still wakes us. (The first attempt above
+        // ran before the subscription existed, so it is not enough.)
+        let notified = interest.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        policy.turn();
+        let unchanged = if first {
+            policy.first_answer_stands(t, listened_early).await
+        } else {
+            Ok(false)
+        };
+        first = false;
+        let outcome = match unchanged {
+            Ok(true) => Ok(Err((first_pttl, false))),
+            Ok(false) => {
+                sent_at = Instant::now();
+                attempt(t, pin, lease, &mut policy).await
+            }
+            Err(e) => Err(e),
+        };
+        // A retryable failure pauses (backing off) and tries again, until
+        // the deadline or the client's retry limit: a blip must not end a
+        // wait that has time left.
+        let (pttl, split, pause) = match outcome {
+            Ok(Ok(guard)) => return Ok(Some(guard)),
+            Ok(Err((pttl, split))) => {
+                retries.answered();
+                (pttl, split, None)
+            }
+            Err(e) => {
+                policy.on_error(&e);
+                (0, false, Some(retries.after(e)?))
+            }
+        };
+        let mut sleep;
+        if split {
+            // Masters granted to different contenders and each gave its
+            // part back: retry after a random pause so they do not collide
+            // again (and again).
+            policy.on_split().await;
+            sleep = split_backoff.next_jittered();
+        } else {
+            split_backoff.reset();
+            sleep = policy.pause(pttl, lease_bound(pttl));
+        }
+        if let Some(pause) = pause {
+            sleep = pause;
+        }
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d {
+                policy.give_up().await;
+                return retries.at_deadline();
+            }
+            sleep = sleep.min(d - now);
+        }
+        if split || pause.is_some() {
+            // Not woken by messages: after a split, the unlock message of
+            // our own give-back (and every other contender's) would end the
+            // pause at once, and the attempts would spin; after a failure, a
+            // message says nothing about when Redis will answer again. An
+            // unlock during the pause waits for its end.
+            tokio::time::sleep(sleep).await;
+            continue;
+        }
+        tokio::select! {
+            _ = notified => {
+                crate::observe::wakeup(t.labels(), "pubsub");
+                if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_grant(), sent_at) {
+                    tracing::trace!("granted the lock by an unlock");
+                    return Ok(Some(guard));
+                }
+                tracing::trace!("woken by an unlock message");
+            }
+            _ = tokio::time::sleep(sleep) => {
+                crate::observe::wakeup(t.labels(), "lease_timeout");
+                tracing::trace!(slept_ms = sleep.as_millis() as u64, "woken by the lease bound");
+            }
+        }
+    }
+}
+
+/// One acquire attempt on every master, with what `policy` adds to the
+/// request. Returns the guard, or the holders' smallest PTTL and whether
+/// masters split between contenders.
+///
+/// Cancel safe: levels granted anywhere are released in the background if
+/// this future is dropped, and requests whose reply was lost are settled
+/// the same way (see `quorum::acquire`).
+async fn attempt<P: Policy>(
+    t: Target<'_>,
+    pin: &OwnerPin,
+    lease: Lease,
+    policy: &mut P,
+) -> Result<std::result::Result<LockGuard, (i64, bool)>> {
+    let lease_d = match lease {
+        Lease::Watchdog => t.core.settings.watchdog_lease,
+        Lease::Fixed(d) => d,
+    };
+    let reply = {
+        let req = policy.request();
+        let request = req
+            .grant_to
+            .map_or_else(crate::keys::fresh_request_id, |(r, _)| r.to_owned());
+        let known = t
+            .core
+            .holds
+            .find(&t.keys.lock, &pin.owner.field)
+            .filter(|h| h.lost_reason().is_none())
+            .map(|h| (h.token, h.node_tokens.clone()));
+        let ask = Ask {
+            keys: t.keys,
+            owner: &pin.owner.field,
+            lease: lease_d,
+            request: &request,
+            enqueue: req.enqueue,
+            grant: req.grant_to.map(|(_, w)| w),
+            known,
+        };
+        let reply = crate::quorum::acquire(&t.core.members, &ask).await;
+        tracing::trace!(enqueue = req.enqueue, reply = ?reply, "attempt");
+        reply
+    };
+    Ok(match reply? {
+        Attempt::Granted(grant) => {
+            policy.on_grant(t, &grant);
+            Ok(LockGuard::new(
+                t.core.clone(),
+                t.keys.clone(),
+                pin.duplicate(),
+                &grant,
+                lease,
+            ))
+        }
+        Attempt::Denied { pttl, split } => Err((pttl, split)),
+    })
+}
+
+/// The retryable failures of one wait. They are retried with a backoff
+/// (50 ms doubling to 1 s, jittered) until the wait's deadline, or for a wait
+/// without one, until they have lasted the client's `retry_transient_for`
+/// with no answer in between; the last error is returned then.
+struct Retries<'a> {
+    t: Target<'a>,
+    deadline: Option<Instant>,
+    /// When the current run of failures began, and its last error.
+    failing: Option<(Instant, Error)>,
+    backoff: Backoff,
+}
+
+impl<'a> Retries<'a> {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new(t: Target<'a>, deadline: Option<Instant>) -> Retries<'a> {
+        Retries {
+            t,
+            deadline,
+            failing: None,
+            backoff: Backoff::new(Self::FIRST, Self::MAX),
+        }
+    }
+
+    /// After a failed call: the pause before trying again, or the error
+    /// when it is not retryable or no time is left.
+    fn after(&mut self, e: Error) -> Result<Duration> {
+        if !e.is_retryable() {
+            return Err(e);
+        }
+        let now = Instant::now();
+        let since = self.failing.as_ref().map_or(now, |(t, _)| *t);
+        let end = self
+            .deadline
+            .unwrap_or_else(|| since + self.t.core.settings.retry_transient_for);
+        if now >= end {
+            return Err(e);
+        }
+        let pause = self.backoff.next_jittered().min(end - now);
+        crate::observe::acquire_retry(self.t.labels(), crate::observe::reason(&e));
+        if self.failing.is_none() {
+            tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "acquire attempt failed; retrying");
+        } else {
+            tracing::debug!(error = %e, retry_in_ms = pause.as_millis() as u64, "acquire attempt failed again; retrying");
+        }
+        self.failing = Some((since, e));
+        Ok(pause)
+    }
+
+    /// An attempt was answered: the run of failures is over.
+    fn answered(&mut self) {
+        if self.failing.take().is_some() {
+            tracing::info!("acquire attempts answered again");
+        }
+        self.backoff.reset();
+    }
+
+    /// The outcome of a wait whose deadline passed: the last error while
+    /// failures were still going on, otherwise "not acquired".
+    fn at_deadline(&mut self) -> Result<Option<LockGuard>> {
+        match self.failing.take() {
+            Some((_, e)) => Err(e),
+            None => Ok(None),
+        }
+    }
+}
+
+/// How long to sleep when the holders have `pttl` ms of lease left.
+fn lease_bound(pttl: i64) -> Duration {
+    match pttl {
+        // A key without expiry (leaked by a tool or a bug): re-check now and then.
+        -1 => Duration::from_secs(1),
+        p if p <= 0 => Duration::from_millis(1),
+        p => Duration::from_millis(p as u64 + 1),
+    }
+}
