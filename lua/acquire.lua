@@ -30,30 +30,12 @@ end
 
 -- Wrong types surface on the first command touching each key, before any
 -- write: pcall turns them into a reply naming the key (refused, shared.lua).
-local token
-local count
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local refusal
-  token, refusal = next_token(2)
-  if not token then return refusal end
-  redis.call('HSET', KEYS[1], ARGV[1], '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  count = 1
-else
-  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then return refused(mine, 1) end
-  if mine == 0 then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
-  token = redis.pcall('GET', KEYS[2])
-  if type(token) == 'table' then return refused(token, 2) end
-  token = tonumber(token or '0')
-  count = redis.pcall('HINCRBY', KEYS[1], ARGV[1], 1)
-  if type(count) == 'table' then return refused(count, 1) end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  return take(1, 2, 3, ARGV[3])
 end
-
--- Formatted as integers once (Lua's own number-to-string conversion goes
--- through floating-point formatting).
-redis.call('SET', KEYS[3], string.format('%d:%d', token, count), 'PX', ARGV[3])
-return {1, token, count}
+local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+if type(mine) == 'table' then return refused(mine, 1) end
+if mine == 0 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return reenter(1, 2, 3, ARGV[3])

@@ -66,8 +66,6 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local token
-local count
 -- Nothing below changes the lock's lease, short of taking it: a held
 -- lock's PTTL read here is the one to return. -2: no lock.
 local pttl = redis.call('PTTL', KEYS[1])
@@ -77,15 +75,7 @@ if exists then
   local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
   if type(mine) == 'table' then return refused(mine, 1) end
   if mine == 1 then
-    token = redis.pcall('GET', KEYS[4])
-    if type(token) == 'table' then return refused(token, 4) end
-    token = tonumber(token or '0')
-    count = redis.pcall('HINCRBY', KEYS[1], ARGV[1], 1)
-    if type(count) == 'table' then return refused(count, 1) end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    local record = string.format('%d:%d', token, count)
-    redis.call('SET', KEYS[5], record, 'PX', ARGV[4])
-    return {1, token, count}
+    return reenter(1, 4, 5, ARGV[4])
   end
   -- Held by another: who heads the queue does not matter now, and stale
   -- waiters are evicted by the unlock (from the head) or by an attempt that
@@ -105,18 +95,13 @@ else
     head = redis.call('LINDEX', KEYS[2], 0)
   end
   if not head or head == ARGV[1] then
-    local refusal
-    token, refusal = next_token(4)
-    if not token then return refusal end
-    if head then
+    local taken = take(1, 4, 5, ARGV[4])
+    if head and taken[1] == 1 then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])
       redis.pcall('HDEL', KEYS[6], ARGV[1])
     end
-    redis.call('HSET', KEYS[1], ARGV[1], '1')
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    redis.call('SET', KEYS[5], string.format('%d:1', token), 'PX', ARGV[4])
-    return {1, token, 1}
+    return taken
   end
 end
 

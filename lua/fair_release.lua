@@ -45,38 +45,9 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local rec = redis.call('GET', KEYS[5])
-if rec then
-  return tonumber(rec)
-end
-
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then
-  return refused(count, 1)
-end
-if not count then
-  return -1
-end
-if ARGV[4] ~= '' then
-  local token = redis.pcall('GET', KEYS[4])
-  if type(token) == 'table' or tonumber(token or '0') ~= tonumber(ARGV[4]) then
-    return -1
-  end
-end
-
-count = tonumber(count) - 1
-if count > 0 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  if tonumber(ARGV[2]) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-  end
-  redis.call('SET', KEYS[5], count, 'PX', ARGV[3])
-  return count
-end
-
-redis.call('DEL', KEYS[1])
-if ARGV[4] == '' then
-  redis.call('SET', KEYS[5], 0, 'PX', ARGV[3])
+local done = leave_level(1, 4, 5, 4)
+if done then
+  return done
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

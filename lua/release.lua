@@ -33,38 +33,9 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local rec = redis.call('GET', KEYS[3])
-if rec then
-  return tonumber(rec)
+local done = leave_level(1, 4, 3, 5)
+if done then
+  return done
 end
-
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then
-  return refused(count, 1)
-end
-if not count then
-  return -1
-end
-if ARGV[5] ~= '' then
-  local token = redis.pcall('GET', KEYS[4])
-  if type(token) == 'table' or tonumber(token or '0') ~= tonumber(ARGV[5]) then
-    return -1
-  end
-end
-
-count = tonumber(count) - 1
-if count > 0 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  if tonumber(ARGV[2]) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-  end
-  redis.call('SET', KEYS[3], count, 'PX', ARGV[3])
-  return count
-end
--- The owner's field is the only one of a non-fair lock: the key is ours.
-redis.call('DEL', KEYS[1])
 redis.pcall(publish, KEYS[2], ARGV[4])
-if ARGV[5] == '' then
-  redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])
-end
 return 0
