@@ -269,6 +269,7 @@ impl ClientBuilder {
         }
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
+        let spawner = crate::runtime::Spawner::new(runtime.clone());
 
         let connect_timeout = self.connect_timeout;
         let quorum = n > 1;
@@ -287,7 +288,7 @@ impl ClientBuilder {
             .zip(&subscribers)
             .map(|(client, sub)| bring_up(client.clone(), sub.clone(), connect_timeout, quorum))
             .collect();
-        let connected = crate::quorum::majority_then_grace(connecting, Result::is_ok, command_timeout).await;
+        let connected = crate::quorum::majority_then_grace(connecting, Result::is_ok, command_timeout, &spawner).await;
         let mut errors = Vec::new();
         let mut up = 0;
         for r in connected {
@@ -326,7 +327,7 @@ impl ClientBuilder {
                         aof: self.min_aof,
                     },
                 };
-                Arc::new(Member::new(node, i, self.rejoin_delay, quorum))
+                Arc::new(Member::new(node, i, self.rejoin_delay, quorum, spawner.clone()))
             })
             .collect();
         let (masters_checked, channels_checked) = futures::future::join(
@@ -352,7 +353,7 @@ impl ClientBuilder {
                 async move { m.node.load_scripts().await }
             })
             .collect();
-        crate::quorum::majority_then_grace(loads, |_| true, command_timeout).await;
+        crate::quorum::majority_then_grace(loads, |_| true, command_timeout, &spawner).await;
         for m in members.iter().filter(|_| self.rejoin_delay.is_some()) {
             // A re-opened connection may lead to a restarted, empty master.
             let mut reconnects = m.node.client.reconnect_rx();
@@ -372,7 +373,7 @@ impl ClientBuilder {
             holds: Holds::new(uuid.clone()),
             uuid,
             members,
-            pubsub: PubSub::new(subscribers, runtime.clone(), command_timeout),
+            pubsub: PubSub::new(subscribers, spawner.clone(), command_timeout),
             settings: Settings {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,
@@ -380,7 +381,7 @@ impl ClientBuilder {
                 metric_lock_names: self.metric_lock_names,
                 retry_transient_for: self.retry_transient_for,
             },
-            spawner: crate::runtime::Spawner::new(runtime.clone()),
+            spawner,
             sentinel_watchers,
             wake_ids: Default::default(),
             extensions: Default::default(),
@@ -486,15 +487,7 @@ async fn bring_up(
 /// Masters that do not answer now are told apart when they come up, and do
 /// not count until then.
 async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
-    let asks = members
-        .iter()
-        .map(|m| {
-            let m = m.clone();
-            async move { m.node.identity().await }
-        })
-        .collect();
-    let grace = members[0].node.command_timeout;
-    let ids = crate::quorum::majority_then_grace(asks, Result::is_ok, grace).await;
+    let ids = ask_masters(members, |m| async move { m.node.identity().await }).await;
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut later = Vec::new();
     for (i, id) in ids.into_iter().enumerate() {
@@ -539,15 +532,11 @@ async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
 /// namespace that no lock uses; masters that do not answer are not judged.
 async fn check_channel_rights(members: &[Arc<Member>], prefix: &str) -> Result<()> {
     let probe = LockKeys::new(prefix, "lockwarden-connect-check")?.channel;
-    let probes = members
-        .iter()
-        .map(|m| {
-            let (m, probe) = (m.clone(), probe.clone());
-            async move { m.node.may_publish(&probe).await }
-        })
-        .collect();
-    let grace = members[0].node.command_timeout;
-    let answers = crate::quorum::majority_then_grace(probes, Result::is_ok, grace).await;
+    let answers = ask_masters(members, |m| {
+        let probe = probe.clone();
+        async move { m.node.may_publish(&probe).await }
+    })
+    .await;
     if answers.iter().any(|a| matches!(a, Some(Ok(false)))) {
         return Err(Error::Redis {
             op: "connect",
@@ -558,16 +547,7 @@ async fn check_channel_rights(members: &[Arc<Member>], prefix: &str) -> Result<(
             ),
         });
     }
-    // A refusal a retry cannot fix (a missing password, say) is the
-    // build's error: every lock call would meet it.
-    match answers
-        .into_iter()
-        .flatten()
-        .find_map(|a| a.err().filter(|e| !e.is_retryable()))
-    {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    first_fatal(answers)
 }
 
 /// With [`ClientBuilder::min_aof_fsynced`]: the masters that answer can
@@ -577,15 +557,27 @@ async fn check_aof_support(members: &[Arc<Member>]) -> Result<()> {
     if members[0].node.confirm.aof.is_none() {
         return Ok(());
     }
-    let probes = members
-        .iter()
-        .map(|m| {
-            let m = m.clone();
-            async move { m.node.check_aof_support().await }
-        })
-        .collect();
+    let answers = ask_masters(members, |m| async move { m.node.check_aof_support().await }).await;
+    first_fatal(answers)
+}
+
+/// Asks every master with `ask` and returns their answers, `None` for those
+/// still pending once a majority answered and a grace as long again (up to
+/// the node timeout) has passed (see `quorum::majority_then_grace`).
+async fn ask_masters<T, F, Fut>(members: &[Arc<Member>], ask: F) -> Vec<Option<Result<T>>>
+where
+    F: Fn(Arc<Member>) -> Fut,
+    Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let asks = members.iter().map(|m| ask(m.clone())).collect();
     let grace = members[0].node.command_timeout;
-    let answers = crate::quorum::majority_then_grace(probes, Result::is_ok, grace).await;
+    crate::quorum::majority_then_grace(asks, Result::is_ok, grace, crate::quorum::NodeOps::spawner(&*members[0])).await
+}
+
+/// The first refusal among `answers` that a retry cannot fix (a missing
+/// password, say): every lock call would meet it, so it is the build's.
+fn first_fatal<T>(answers: Vec<Option<Result<T>>>) -> Result<()> {
     match answers
         .into_iter()
         .flatten()
@@ -762,7 +754,7 @@ impl Client {
     /// As [`Client::lock`].
     pub fn fair_lock(&self, name: &str) -> Result<Lock> {
         let mut keys = LockKeys::new(&self.inner.settings.prefix, name)?;
-        keys.fair = true;
+        keys.kind = crate::keys::Kind::Fair;
         Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
     }
 

@@ -18,14 +18,12 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::owner::OwnerPin;
+use crate::protocol::FREE_BUT_QUEUED;
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::settings::Lease;
 use crate::wait::{Policy, Request, Target};
-
-/// The fair acquire's reply when the lock is free but other waiters are ahead.
-const FREE_BUT_QUEUED: i64 = -3;
 
 /// Where one grant-asking fair waiter of this client listens:
 /// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
@@ -230,10 +228,10 @@ impl Policy for FairWait<'_> {
         _t: Target<'_>,
         pin: &OwnerPin,
         lease: Lease,
-        grant: Option<String>,
+        payload: Option<String>,
         sent_at: Instant,
     ) -> Option<LockGuard> {
-        let guard = self.claim_grant(pin, lease, &grant?, sent_at)?;
+        let guard = self.claim_grant(pin, lease, &payload?, sent_at)?;
         self.queued.armed = false; // the grant removed us from the queue
         Some(guard)
     }

@@ -52,8 +52,29 @@ pub(crate) struct LockKeys {
     pub asks: String,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: String,
-    /// Whether this handle uses the fair (FIFO) scripts.
-    pub fair: bool,
+    /// The lock kind whose protocol (scripts and arguments) this handle uses.
+    pub kind: Kind,
+}
+
+/// A lock kind: which raw protocol (`crate::protocol`) and which wait policy
+/// a handle uses. One kind per name: kinds share the lock hash and its
+/// counter, not their other keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Any owner may take a free lock; waiters race.
+    Reentrant,
+    /// Waiters are served in the order they asked (a queue).
+    Fair,
+}
+
+impl Kind {
+    /// The kind's name in metrics and logs.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Reentrant => "reentrant",
+            Kind::Fair => "fair",
+        }
+    }
 }
 
 impl LockKeys {
@@ -96,7 +117,7 @@ impl LockKeys {
             timeouts: format!("{base}:timeouts"),
             asks: format!("{base}:asks"),
             wake_prefix: format!("{base}:wake:"),
-            fair: false,
+            kind: Kind::Reentrant,
         })
     }
 }

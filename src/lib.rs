@@ -116,6 +116,7 @@ mod lock;
 mod node;
 mod observe;
 mod owner;
+mod protocol;
 mod pubsub;
 mod quorum;
 mod runtime;

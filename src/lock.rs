@@ -7,7 +7,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::fair::FairWait;
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
+use crate::keys::{Kind, LockKeys};
 use crate::owner::{Owner, OwnerPin, Owners};
 use crate::quorum::Released;
 use crate::settings::{check_lease, check_wait, Lease};
@@ -432,12 +432,13 @@ impl Lock {
             core: &self.inner,
             keys: &self.keys,
         };
-        if self.keys.fair {
-            let will_wait = wait != Some(Duration::ZERO);
-            let policy = FairWait::new(t, &pin.owner.field, will_wait);
-            crate::wait::wait(t, &pin, lease, deadline, policy).await
-        } else {
-            crate::wait::wait(t, &pin, lease, deadline, Reentrant).await
+        match self.keys.kind {
+            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, Reentrant).await,
+            Kind::Fair => {
+                let will_wait = wait != Some(Duration::ZERO);
+                let policy = FairWait::new(t, &pin.owner.field, will_wait);
+                crate::wait::wait(t, &pin, lease, deadline, policy).await
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
-//! One Redis deployment: its command connection and the lock scripts.
+//! One Redis deployment: its command connection, and the lock calls on it.
 //!
-//! This is the raw lock: acquire, release, renew and force-unlock on one
-//! node, with no local bookkeeping. The safe guard types are built on it.
+//! This is the raw lock on one node: it runs each kind's calls
+//! (`crate::protocol`) with EVALSHA, replays and deadlines, and the
+//! confirmations asked for (`WAIT`, `WAITAOF`), with no local bookkeeping.
+//! The quorum, the holds and the guard types are built on it.
 
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{Client as FredClient, ClientLike, HashesInterface, KeysInterface};
@@ -13,67 +14,8 @@ use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 
-/// A Lua script from `lua/` with its SHA1.
-pub(crate) struct Script {
-    pub(crate) op: &'static str,
-    src: &'static str,
-    sha: String,
-}
-
-impl Script {
-    fn new(op: &'static str, src: &'static str) -> Script {
-        Script {
-            op,
-            src,
-            sha: fred::util::sha1_hash(src),
-        }
-    }
-}
-
-/// The helpers of `lua/shared.lua`, put in front of every script that
-/// writes a lock: `refused` (a refusal that names its key) and `next_token`.
-macro_rules! with_shared {
-    ($file:literal) => {
-        concat!(include_str!("../lua/shared.lua"), include_str!($file))
-    };
-}
-
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", with_shared!("../lua/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", with_shared!("../lua/release.lua")));
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../lua/renew.lua")));
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", with_shared!("../lua/fair_acquire.lua")));
-pub(crate) static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", with_shared!("../lua/fair_release.lua")));
-pub(crate) static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("leave", with_shared!("../lua/fair_leave.lua")));
-pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", include_str!("../lua/status.lua")));
-pub(crate) static RAISE_TOKEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new("raise_token", with_shared!("../lua/raise_token.lua")));
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new("force_unlock", include_str!("../lua/force_unlock.lua")));
-
-/// What one acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
-    /// Held now by the caller's owner, at this reentry depth.
-    Acquired { token: u64, count: u64 },
-    /// Held by another owner; its remaining lease in ms (-1: no TTL).
-    Held { pttl: i64 },
-}
-
-/// What one release found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleaseReply {
-    Released,
-    StillHeld(u64),
-    NotHeld,
-}
-
-/// The message published on a lock's channel when it becomes free.
-pub(crate) const UNLOCK_MESSAGE: &str = "0";
+pub(crate) use crate::protocol::{ms, AcquireReply, ReleaseReply};
+use crate::protocol::{Call, Env, Script, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
 
 #[derive(Clone)]
 pub(crate) struct Node {
@@ -149,7 +91,7 @@ impl Node {
             .map_err(|e| Error::from_redis("waitaof", key, self.command_timeout, e))?;
         match reply.as_slice() {
             [local, replicas] => Ok(((*local).max(0) as u32, (*replicas).max(0) as u32)),
-            _ => Err(unexpected("waitaof", &reply)),
+            _ => Err(crate::protocol::unexpected("waitaof", &reply)),
         }
     }
 
@@ -229,17 +171,7 @@ impl Node {
     pub(crate) async fn load_scripts(&self) {
         use fred::prelude::LuaInterface;
         // All at once: one round trip, not one per script.
-        futures::future::join_all([
-            &*ACQUIRE,
-            &*RELEASE,
-            &*RENEW,
-            &*FORCE_UNLOCK,
-            &*FAIR_ACQUIRE,
-            &*FAIR_RELEASE,
-            &*FAIR_LEAVE,
-            &*RAISE_TOKEN,
-        ]
-        .map(|script| async move {
+        futures::future::join_all(crate::protocol::all_scripts().into_iter().map(|script| async move {
             let r: std::result::Result<(), fred::error::Error> = if self.client.is_clustered() {
                 self.client.script_load_cluster::<(), _>(script.src).await
             } else {
@@ -250,6 +182,25 @@ impl Node {
             }
         }))
         .await;
+    }
+
+    /// What this node adds to its calls' arguments.
+    fn env(&self) -> Env {
+        Env {
+            record_ttl: self.record_ttl,
+            waiter_timeout: self.waiter_timeout,
+            publish: self.publish(),
+        }
+    }
+
+    /// Runs a kind's call (see [`Node::run`]).
+    async fn call<R: FromValue>(&self, call: Call<'_>, timeout: Duration) -> Result<R> {
+        self.run(call.script, &call.keys, call.args, timeout).await
+    }
+
+    /// Runs a kind's call (see [`Node::run_counted`]).
+    async fn call_counted<R: FromValue>(&self, call: Call<'_>, timeout: Duration) -> Result<(R, bool)> {
+        self.run_counted(call.script, &call.keys, call.args, timeout).await
     }
 
     /// How scripts publish unlock messages: sharded pub/sub on a cluster
@@ -356,13 +307,10 @@ impl Node {
         }
     }
 
-    /// One acquire attempt for `owner` with a lease of `lease`. `request`
-    /// identifies the logical attempt: a replay of it acquires nothing more.
-    /// For a fair lock, `enqueue` joins the queue (or refreshes the
-    /// deadline there) when the lock cannot be taken now, and `grant` (the
-    /// waiter's wake id: it listens on `wake_prefix` + wake id) also leaves
-    /// an ask so an unlock may hand the lock straight to this waiter (its
-    /// request record then holds the grant; see fair_release.lua).
+    /// One acquire attempt in the protocol of the lock's kind (see
+    /// [`crate::protocol::Acquire`]): a replay of `request` acquires
+    /// nothing more. A level granted without the confirmations asked for
+    /// is given back, and the attempt is an error.
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -372,82 +320,49 @@ impl Node {
         enqueue: bool,
         grant: Option<&str>,
     ) -> Result<AcquireReply> {
-        let rec = format!("{}{request}", keys.req_prefix);
-        let reply: Vec<i64> = if keys.fair {
-            let ask = match grant {
-                Some(wake) if enqueue => format!("{} {} {request} {wake}", ms(lease), ms(self.record_ttl)),
-                _ => String::new(),
-            };
-            self.run(
-                &FAIR_ACQUIRE,
-                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec, &keys.asks],
-                vec![
-                    owner.into(),
-                    ms(lease).into(),
-                    ms(self.waiter_timeout).into(),
-                    ms(self.record_ttl).into(),
-                    if enqueue { "wait" } else { "try" }.into(),
-                    keys.wake_prefix.as_str().into(),
-                    self.publish().into(),
-                    ask.into(),
-                    ms(self.waiter_timeout * 2).into(),
-                ],
-                self.command_timeout,
-            )
-            .await?
-        } else {
-            self.run(
-                &ACQUIRE,
-                &[&keys.lock, &keys.token, &rec],
-                vec![owner.into(), ms(lease).into(), ms(self.record_ttl).into()],
-                self.command_timeout,
-            )
-            .await?
-        };
-        match reply.as_slice() {
-            [1, token, count] => {
-                if let Err(e) = self.check_confirmed("acquire", &keys.lock).await {
-                    // Not enough replicas (or disks) have it: a failover or a
-                    // restart could lose it,
-                    // so the attempt gave nothing. The level is given back
-                    // here, and the error says the outcome is known (not
-                    // replayed and undone a second time).
-                    if matches!(e, Error::Redis { .. }) {
-                        let undo = crate::keys::fresh_request_id();
-                        if let Err(u) = self
-                            .release(keys, owner, Some(*token as u64), Duration::ZERO, &undo, false)
-                            .await
-                        {
-                            tracing::warn!(lock = %keys.name, error = %u, "giving back an unreplicated level failed; its lease bounds it");
-                        }
+        let rec = crate::protocol::record(keys, request);
+        let call = crate::protocol::of(keys.kind).acquire(
+            keys,
+            &rec,
+            &crate::protocol::Acquire {
+                owner,
+                lease,
+                request,
+                enqueue,
+                grant,
+            },
+            &self.env(),
+        );
+        let reply: Vec<i64> = self.call(call, self.command_timeout).await?;
+        let reply = crate::protocol::acquire_reply(&reply)?;
+        if let AcquireReply::Acquired { token, .. } = reply {
+            if let Err(e) = self.check_confirmed("acquire", &keys.lock).await {
+                // Not enough replicas (or disks) have it: a failover or a
+                // restart could lose it, so the attempt gave nothing. The
+                // level is given back here, and the error says the outcome
+                // is known (not replayed and undone a second time).
+                if matches!(e, Error::Redis { .. }) {
+                    let undo = crate::keys::fresh_request_id();
+                    if let Err(u) = self
+                        .release(keys, owner, Some(token), Duration::ZERO, &undo, false)
+                        .await
+                    {
+                        tracing::warn!(lock = %keys.name, error = %u, "giving back an unreplicated level failed; its lease bounds it");
                     }
-                    return Err(e);
                 }
-                Ok(AcquireReply::Acquired {
-                    token: *token as u64,
-                    count: *count as u64,
-                })
+                return Err(e);
             }
-            [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
-            other => Err(unexpected("acquire", other)),
         }
+        Ok(reply)
     }
 
     /// A fair waiter leaves the queue (idempotent). `request` is the wait's
     /// request id when it asked for direct grants: a grant made to it that
     /// it never learned of is given back.
     pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
-        let rec = request.map(|r| format!("{}{r}", keys.req_prefix));
-        let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
-        key_list.extend(rec.as_deref());
-        let _: i64 = self
-            .run(
-                &FAIR_LEAVE,
-                &key_list,
-                vec![owner.into(), keys.wake_prefix.as_str().into(), self.publish().into()],
-                self.command_timeout,
-            )
-            .await?;
+        let rec = request.map(|r| crate::protocol::record(keys, r));
+        let call = crate::protocol::leave(keys, owner, rec.as_deref(), &self.env());
+        let _: i64 = self.call(call, self.command_timeout).await?;
         Ok(())
     }
 
@@ -464,49 +379,15 @@ impl Node {
         request: &str,
         resent: bool,
     ) -> Result<ReleaseReply> {
-        let rec = format!("{}{request}", keys.req_prefix);
-        let token_arg: Value = token.map_or_else(|| "".into(), |t| (t as i64).into());
-        let (reply, written_twice): (i64, bool) = if keys.fair {
-            self.run_counted(
-                &FAIR_RELEASE,
-                &[&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &rec, &keys.asks],
-                vec![
-                    owner.into(),
-                    ms(relet).into(),
-                    ms(self.record_ttl).into(),
-                    token_arg,
-                    keys.wake_prefix.as_str().into(),
-                    self.publish().into(),
-                    keys.req_prefix.as_str().into(),
-                ],
-                self.command_timeout,
-            )
-            .await?
-        } else {
-            self.run_counted(
-                &RELEASE,
-                &[&keys.lock, &keys.channel, &rec, &keys.token],
-                vec![
-                    owner.into(),
-                    ms(relet).into(),
-                    ms(self.record_ttl).into(),
-                    UNLOCK_MESSAGE.into(),
-                    token_arg,
-                    self.publish().into(),
-                ],
-                self.command_timeout,
-            )
-            .await?
-        };
-        Ok(match reply {
-            0 => ReleaseReply::Released,
-            n if n > 0 => ReleaseReply::StillHeld(n as u64),
-            // A re-sent release that finds no hold of ours: the first send
-            // freed the lock (no record is kept for that), or the hold was
-            // gone already. Either way the lock is not ours any more.
-            _ if resent || written_twice => ReleaseReply::Released,
-            _ => ReleaseReply::NotHeld,
-        })
+        let rec = crate::protocol::record(keys, request);
+        let call = crate::protocol::of(keys.kind).release(
+            keys,
+            &rec,
+            &crate::protocol::Release { owner, token, relet },
+            &self.env(),
+        );
+        let (reply, written_twice): (i64, bool) = self.call_counted(call, self.command_timeout).await?;
+        Ok(crate::protocol::release_reply(reply, resent || written_twice))
     }
 
     /// Extends the lease of each `(lock key, owner)` whose owner field still
@@ -518,7 +399,7 @@ impl Node {
         args.extend(pairs.iter().map(|p| Value::from(p.1)));
         let reply: Vec<i64> = self.run(&RENEW, &keys, args, timeout).await?;
         if reply.len() != pairs.len() {
-            return Err(unexpected("renew", &reply));
+            return Err(crate::protocol::unexpected("renew", &reply));
         }
         // A renewal the replicas (or the disks) did not get is not confirmed: the hold's
         // validity is not extended (it goes at risk, then lost).
@@ -657,10 +538,10 @@ impl Node {
     /// granted. (A record whose grant's lease ran out also reads 1: the
     /// waiter's sleep bound covers that.)
     pub(crate) async fn worth_an_attempt(&self, keys: &LockKeys, request: &str) -> Result<bool> {
-        let rec = format!("{}{request}", keys.req_prefix);
+        let rec = crate::protocol::record(keys, request);
         let n: i64 = self
             .client
-            .exists(vec![keys.lock.as_str(), rec.as_str()])
+            .exists(crate::protocol::worth_an_attempt(keys, &rec).to_vec())
             .await
             .map_err(|e| Error::from_redis("acquire", &keys.lock, self.command_timeout, e))?;
         Ok(n != 1)
@@ -706,16 +587,4 @@ impl Node {
 /// Routes a command to the node that serves `key`'s slot (any node for "").
 fn key_route(key: &str) -> ClusterHash {
     ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()))
-}
-
-pub(crate) fn ms(d: Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
-}
-
-fn unexpected(op: &'static str, reply: &[i64]) -> Error {
-    Error::Redis {
-        op,
-        kind: crate::error::RedisErrorKind::Other,
-        message: format!("unexpected script reply {reply:?}"),
-    }
 }

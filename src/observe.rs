@@ -20,7 +20,7 @@ impl<'a> Labels<'a> {
     /// `with_name`: the client's `metric_lock_names` setting.
     pub(crate) fn of(keys: &'a crate::keys::LockKeys, with_name: bool) -> Labels<'a> {
         Labels {
-            kind: if keys.fair { "fair" } else { "reentrant" },
+            kind: keys.kind.label(),
             lock: with_name.then_some(keys.name.as_str()),
         }
     }

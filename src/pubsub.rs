@@ -24,6 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
+use crate::runtime::Spawner;
 
 pub(crate) struct Channel {
     notify: Notify,
@@ -32,9 +33,10 @@ pub(crate) struct Channel {
     /// SUBSCRIBE may have reached the server (set before sending it, so a
     /// subscribe cancelled mid-way is still undone).
     on_server: AtomicBool,
-    /// The latest direct-grant message ("g <token> <lease ms> <request id>")
-    /// on a fair waiter's channel, until its waiter takes it.
-    grant: Mutex<Option<String>>,
+    /// The latest message that carried more than a wake-up (anything but
+    /// the plain unlock message), until its waiter takes it: a lock kind
+    /// may say more to its waiters (the fair lock's direct grants).
+    payload: Mutex<Option<String>>,
 }
 
 struct Entry {
@@ -53,30 +55,28 @@ pub(crate) struct PubSub {
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so the server sees them in the order
     /// the reference counts changed.
     serial: tokio::sync::Mutex<()>,
-    runtime: tokio::runtime::Handle,
+    spawner: Spawner,
     timeout: std::time::Duration,
 }
 
 impl PubSub {
-    pub(crate) fn new(
-        subs: Vec<SubscriberClient>,
-        runtime: tokio::runtime::Handle,
-        timeout: std::time::Duration,
-    ) -> Arc<PubSub> {
+    pub(crate) fn new(subs: Vec<SubscriberClient>, spawner: Spawner, timeout: std::time::Duration) -> Arc<PubSub> {
         let ps = Arc::new(PubSub {
             subs,
             channels: Mutex::new(HashMap::new()),
             serial: tokio::sync::Mutex::new(()),
-            runtime,
+            spawner,
             timeout,
         });
         for i in 0..ps.subs.len() {
             let weak = Arc::downgrade(&ps);
             let messages = ps.subs[i].message_rx();
             let reconnects = ps.subs[i].reconnect_rx();
-            ps.runtime.spawn(listen(weak.clone(), i, messages, reconnects));
+            ps.spawner
+                .client_runtime()
+                .spawn(listen(weak.clone(), i, messages, reconnects));
             if ps.subs[i].is_clustered() {
-                ps.runtime.spawn(watch_slots(weak, i));
+                ps.spawner.client_runtime().spawn(watch_slots(weak, i));
             }
         }
         ps
@@ -107,7 +107,7 @@ impl PubSub {
                 notify: Notify::new(),
                 confirmed: AtomicBool::new(false),
                 on_server: AtomicBool::new(false),
-                grant: Mutex::new(None),
+                payload: Mutex::new(None),
             }),
         });
         self.enter(channel, entry)
@@ -179,7 +179,7 @@ impl PubSub {
                 None => break,
             }
         }
-        confirms.finish_in_background();
+        confirms.finish_in_background(&self.spawner);
         if confirmed < need {
             return Err(crate::quorum::quorum_error("subscribe", n, confirmed, errors));
         }
@@ -325,8 +325,8 @@ async fn listen(
                         // waiter, not all of them (if it is dropped before it
                         // tries, tokio hands the wake-up to another waiter).
                         if let Some(e) = ps.channels.lock().get(&*msg.channel) {
-                            if let Some(text) = msg.value.as_str().filter(|t| t.starts_with("g ")) {
-                                *e.chan.grant.lock() = Some(text.into_owned());
+                            if let Some(text) = msg.value.as_str().filter(|t| t != crate::protocol::UNLOCK_MESSAGE) {
+                                *e.chan.payload.lock() = Some(text.into_owned());
                             }
                             e.chan.notify.notify_one();
                         }
@@ -403,10 +403,10 @@ impl Interest {
         self.ps.subscribe(&self.name, &self.chan).await
     }
 
-    /// Takes the latest direct-grant message of this channel, if one came
-    /// (the waiter checks that it names its own request).
-    pub(crate) fn take_grant(&self) -> Option<String> {
-        self.chan.grant.lock().take()
+    /// Takes the latest message of this channel that carried more than a
+    /// wake-up, if one came (the waiter's kind reads it).
+    pub(crate) fn take_payload(&self) -> Option<String> {
+        self.chan.payload.lock().take()
     }
 
     /// A wake-up for the next message; call `enable()` on it before the
@@ -437,8 +437,7 @@ impl Drop for Interest {
             let name = std::mem::take(&mut self.name);
             // Spawning never blocks; with the runtime gone the connection is
             // gone too, and so is the subscription.
-            let handle = tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.ps.runtime.clone());
-            handle.spawn(ps.cleanup(name));
+            self.ps.spawner.spawn(ps.cleanup(name));
         }
     }
 }

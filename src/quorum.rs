@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::{AcquireReply, Node, ReleaseReply};
-use crate::runtime::Backoff;
+use crate::runtime::{Backoff, Spawner};
 
 /// The pauses between re-sends of a request whose outcome is unknown.
 const RESEND: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
@@ -62,6 +62,9 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// Whether this master may count toward a majority now (false while a
     /// restarted master waits out its delayed rejoin).
     fn counts(&self) -> bool;
+
+    /// Where this master's background work (re-sends, give-backs) runs.
+    fn spawner(&self) -> &Spawner;
 }
 
 /// A hold granted by a majority.
@@ -127,7 +130,8 @@ impl<M: NodeOps> Drop for Pending<M> {
         }
         let (member, keys, owner, lease) = (self.member.clone(), self.keys.clone(), self.owner.clone(), self.lease);
         let request = std::mem::take(&mut self.request);
-        spawn(async move {
+        let spawner = self.member.spawner().clone();
+        spawner.spawn(async move {
             let give_up = Instant::now() + lease;
             let mut pause = RESEND;
             loop {
@@ -206,7 +210,8 @@ impl<M: NodeOps> Drop for Partial<M> {
             tokens: std::mem::take(&mut self.tokens),
             armed: false,
         };
-        spawn(async move { rest.undo().await });
+        let spawner = rest.members[0].spawner().clone();
+        spawner.spawn(async move { rest.undo().await });
     }
 }
 
@@ -239,13 +244,13 @@ impl<F: Future> Unordered<F> {
 
     /// Lets the futures still running finish in a task of their own (their
     /// outputs are dropped): the caller has what it needed from a majority.
-    pub(crate) fn finish_in_background(mut self)
+    pub(crate) fn finish_in_background(mut self, spawner: &Spawner)
     where
         F: Send + 'static,
         F::Output: Send,
     {
         if !self.is_empty() {
-            spawn(async move { while self.next().await.is_some() {} });
+            spawner.spawn(async move { while self.next().await.is_some() {} });
         }
     }
 }
@@ -305,6 +310,7 @@ pub(crate) async fn majority_then_grace<T, F>(
     futures: Vec<F>,
     good: impl Fn(&T) -> bool,
     max_grace: Duration,
+    spawner: &Spawner,
 ) -> Vec<Option<T>>
 where
     F: Future<Output = T> + Send + 'static,
@@ -334,16 +340,8 @@ where
     while let Ok(Some((i, r))) = tokio::time::timeout_at(end.into(), pending.next()).await {
         out[i] = Some(r);
     }
-    pending.finish_in_background();
+    pending.finish_in_background(spawner);
     out
-}
-
-/// Spawns on the current runtime; with none (a drop after shutdown) the work
-/// is dropped and leases bound what it would have undone.
-fn spawn<F: Future<Output = ()> + Send + 'static>(f: F) {
-    if let Ok(h) = tokio::runtime::Handle::try_current() {
-        h.spawn(f);
-    }
 }
 
 /// The smallest meaningful PTTL among holders' replies.
@@ -351,8 +349,8 @@ fn combine_pttl(pttls: &[i64]) -> i64 {
     if let Some(p) = pttls.iter().copied().filter(|p| *p >= 0).min() {
         return p;
     }
-    if pttls.contains(&-3) {
-        return -3;
+    if pttls.contains(&crate::protocol::FREE_BUT_QUEUED) {
+        return crate::protocol::FREE_BUT_QUEUED;
     }
     -1
 }
@@ -630,7 +628,8 @@ pub(crate) async fn release<M: NodeOps>(
             if matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 crate::observe::node_failure(i);
                 let give_up = Instant::now() + record_ttl / 2;
-                spawn(resend_release(m, keys, owner, token, relet, request, give_up));
+                let spawner = m.spawner().clone();
+                spawner.spawn(resend_release(m, keys, owner, token, relet, request, give_up));
             }
             r
         }
@@ -645,7 +644,7 @@ pub(crate) async fn release<M: NodeOps>(
             Err(e) => errors.push(e),
         }
     }
-    replies.finish_in_background();
+    replies.finish_in_background(members[0].spawner());
     if not_held >= need || (done + not_held >= need && done == 0) {
         return Ok(Released::NotHeld);
     }
@@ -695,6 +694,8 @@ pub(crate) struct Member {
     /// False while the server behind this master has not been told apart
     /// from the others (it was down at build); a duplicate stays false.
     identified: AtomicBool,
+    /// Where this master's background work runs.
+    spawner: Spawner,
 }
 
 /// The delayed-rejoin state of one master.
@@ -733,9 +734,16 @@ impl Rejoin {
 }
 
 impl Member {
-    pub(crate) fn new(node: Node, index: usize, rejoin_delay: Option<Duration>, quorum: bool) -> Member {
+    pub(crate) fn new(
+        node: Node,
+        index: usize,
+        rejoin_delay: Option<Duration>,
+        quorum: bool,
+        spawner: Spawner,
+    ) -> Member {
         let reconnects = rejoin_delay.map(|_| fred::prelude::EventInterface::reconnect_rx(&node.client));
         Member {
+            spawner,
             resting_until: Mutex::new(None),
             quorum,
             identified: AtomicBool::new(true),
@@ -780,7 +788,7 @@ impl Member {
     pub(crate) fn identify_later(self: &Arc<Self>, seen: Arc<Mutex<std::collections::HashMap<String, usize>>>) {
         self.identified.store(false, Ordering::Release);
         let member = Arc::downgrade(self);
-        spawn(async move {
+        self.spawner.spawn(async move {
             let mut pause = RESEND;
             loop {
                 // Ends with the client.
@@ -827,7 +835,7 @@ impl Member {
             return;
         }
         let (node, rejoin) = (self.node.clone(), self.rejoin.clone());
-        spawn(async move {
+        self.spawner.spawn(async move {
             let mut pause = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
             loop {
                 match node.identity().await {
@@ -894,6 +902,10 @@ impl NodeOps for Member {
         self.note(self.node.raise_token(keys, token).await)
     }
 
+    fn spawner(&self) -> &Spawner {
+        &self.spawner
+    }
+
     fn counts(&self) -> bool {
         if !self.identified.load(Ordering::Acquire) {
             return false;
@@ -933,14 +945,26 @@ mod tests {
     use super::*;
 
     /// An in-memory master: one lock, a fencing counter, up or down.
-    #[derive(Default)]
     struct Fake {
         down: bool,
+        spawner: Spawner,
         /// (owner, count) of the hold, if any.
         hold: Mutex<Option<(String, u64)>>,
         counter: Mutex<u64>,
         /// Replay records: request id -> (token, count).
         records: Mutex<std::collections::HashMap<String, (u64, u64)>>,
+    }
+
+    impl Default for Fake {
+        fn default() -> Fake {
+            Fake {
+                down: false,
+                spawner: Spawner::new(tokio::runtime::Handle::current()),
+                hold: Default::default(),
+                counter: Default::default(),
+                records: Default::default(),
+            }
+        }
     }
 
     fn unreachable() -> Error {
@@ -1021,6 +1045,10 @@ mod tests {
             let mut c = self.counter.lock();
             *c = (*c).max(token);
             Ok(*c)
+        }
+
+        fn spawner(&self) -> &Spawner {
+            &self.spawner
         }
 
         fn counts(&self) -> bool {

@@ -16,7 +16,7 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 /// when several masters are given).
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 /// The default time a wait without a deadline retries retryable errors
-/// ([`ClientBuilder::retry_transient_for`]).
+/// ([`ClientBuilder::retry_transient_for`](crate::ClientBuilder::retry_transient_for)).
 pub const DEFAULT_RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(10);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

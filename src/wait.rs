@@ -91,15 +91,15 @@ pub(crate) trait Policy: Send {
         async {}
     }
 
-    /// A wake message arrived (`grant`: one that hands over the lock, as
-    /// the subscriber kept it): the guard, when it is this wait's lock.
-    /// The last attempt was sent at `sent_at`.
+    /// A wake message arrived (`payload`: the latest message that said
+    /// more than "wake up", as the subscriber kept it): the guard, when it
+    /// hands this wait the lock. The last attempt was sent at `sent_at`.
     fn on_wake(
         &mut self,
         _t: Target<'_>,
         _pin: &OwnerPin,
         _lease: Lease,
-        _grant: Option<String>,
+        _payload: Option<String>,
         _sent_at: Instant,
     ) -> Option<LockGuard> {
         None
@@ -257,7 +257,7 @@ pub(crate) async fn wait<P: Policy>(
         tokio::select! {
             _ = notified => {
                 crate::observe::wakeup(t.labels(), "pubsub");
-                if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_grant(), sent_at) {
+                if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
                     tracing::trace!("granted the lock by an unlock");
                     return Ok(Some(guard));
                 }

@@ -1,0 +1,82 @@
+//! The fair lock's calls: `lua/fair_acquire.lua`, `lua/fair_release.lua`
+//! and `lua/fair_leave.lua`, and the cheap check of a grant-asking waiter.
+
+use std::sync::LazyLock;
+
+use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script};
+use crate::keys::LockKeys;
+
+static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", with_shared!("../../lua/fair_acquire.lua")));
+static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", with_shared!("../../lua/fair_release.lua")));
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", with_shared!("../../lua/fair_leave.lua")));
+
+pub(super) struct Fair;
+
+impl Protocol for Fair {
+    /// Joins the queue with `enqueue` ("wait"; "try" only looks); with
+    /// `grant`, also leaves an ask so an unlock may hand the lock straight
+    /// to this waiter (its request record then holds the grant).
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        let ask = match a.grant {
+            Some(wake) if a.enqueue => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
+            _ => String::new(),
+        };
+        Call {
+            script: &FAIR_ACQUIRE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec, &keys.asks],
+            args: vec![
+                a.owner.into(),
+                ms(a.lease).into(),
+                ms(env.waiter_timeout).into(),
+                ms(env.record_ttl).into(),
+                if a.enqueue { "wait" } else { "try" }.into(),
+                keys.wake_prefix.as_str().into(),
+                env.publish.into(),
+                ask.into(),
+                ms(env.waiter_timeout * 2).into(),
+            ],
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &FAIR_RELEASE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec, &keys.asks],
+            args: vec![
+                r.owner.into(),
+                ms(r.relet).into(),
+                ms(env.record_ttl).into(),
+                token_arg(r.token),
+                keys.wake_prefix.as_str().into(),
+                env.publish.into(),
+                keys.req_prefix.as_str().into(),
+            ],
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&FAIR_ACQUIRE, &FAIR_RELEASE, &FAIR_LEAVE]
+    }
+}
+
+/// A fair waiter leaves the queue (idempotent). `rec`: the record of the
+/// wait's request when it asked for direct grants, so a grant it never
+/// learned of is given back.
+pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
+    let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
+    key_list.extend(rec);
+    Call {
+        script: &FAIR_LEAVE,
+        keys: key_list,
+        args: vec![owner.into(), keys.wake_prefix.as_str().into(), env.publish.into()],
+    }
+}
+
+/// The keys whose existence tells a grant-asking waiter whether it has
+/// something to re-check (see `Node::worth_an_attempt`): the lock, and its
+/// request's record.
+pub(crate) fn worth_an_attempt<'a>(keys: &'a LockKeys, rec: &'a str) -> [&'a str; 2] {
+    [&keys.lock, rec]
+}

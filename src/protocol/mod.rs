@@ -1,0 +1,193 @@
+//! The raw protocol of each lock kind: its Lua scripts, the KEYS and ARGV
+//! of each call, and what the replies mean. Nothing here talks to a
+//! server: `node.rs` runs the calls (EVALSHA, replays, confirmations).
+//!
+//! A kind implements [`Protocol`] (`reentrant.rs`, `fair.rs`); the scripts
+//! every kind shares (renew, status, force-unlock, raising the token) are
+//! here. Each script's header in `lua/` is its contract.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use fred::types::Value;
+
+use crate::error::{Error, Result};
+use crate::keys::{Kind, LockKeys};
+
+/// A Lua script from `lua/` with its SHA1.
+pub(crate) struct Script {
+    pub(crate) op: &'static str,
+    pub(crate) src: &'static str,
+    pub(crate) sha: String,
+}
+
+impl Script {
+    fn new(op: &'static str, src: &'static str) -> Script {
+        Script {
+            op,
+            src,
+            sha: fred::util::sha1_hash(src),
+        }
+    }
+}
+
+/// The helpers of `lua/shared.lua`, put in front of every script that
+/// writes a lock: `refused` (a refusal that names its key), `next_token`,
+/// and the parts the kinds' acquire and release scripts share.
+macro_rules! with_shared {
+    ($file:literal) => {
+        concat!(include_str!("../../lua/shared.lua"), include_str!($file))
+    };
+}
+
+mod fair;
+mod reentrant;
+
+pub(crate) use fair::{leave, worth_an_attempt};
+
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../../lua/renew.lua")));
+pub(crate) static STATUS: LazyLock<Script> =
+    LazyLock::new(|| Script::new("status", include_str!("../../lua/status.lua")));
+pub(crate) static RAISE_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new("raise_token", with_shared!("../../lua/raise_token.lua")));
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new("force_unlock", include_str!("../../lua/force_unlock.lua")));
+
+/// The fair acquire's PTTL when the lock is free but other waiters are
+/// ahead (the quorum keeps it when no master reports a holder).
+pub(crate) const FREE_BUT_QUEUED: i64 = -3;
+
+/// The message published on a lock's channel when it becomes free.
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+/// What a node adds to the arguments of its calls.
+pub(crate) struct Env {
+    /// How long a request's replay record lives on the server.
+    pub(crate) record_ttl: Duration,
+    /// Fair locks: how long a queued waiter may go without refreshing its
+    /// deadline before it is evicted.
+    pub(crate) waiter_timeout: Duration,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster (the channels share the lock's
+    /// slot).
+    pub(crate) publish: &'static str,
+}
+
+/// One script call: the script, its KEYS and its ARGV.
+pub(crate) struct Call<'a> {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<&'a str>,
+    pub(crate) args: Vec<Value>,
+}
+
+/// One acquire attempt for `owner` with a lease of `lease`. `request`
+/// names the logical attempt (its replay record). A kind with a queue
+/// joins it (or refreshes its place) with `enqueue`, and `grant` (the
+/// waiter's wake id) asks for direct grants.
+pub(crate) struct Acquire<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) request: &'a str,
+    pub(crate) enqueue: bool,
+    pub(crate) grant: Option<&'a str>,
+}
+
+/// Leaving one level of `owner`'s hold whose fencing token is `token`
+/// (`None`: whichever hold the owner has); `relet` is re-applied as the
+/// lease while levels remain (zero leaves it alone).
+pub(crate) struct Release<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) token: Option<u64>,
+    pub(crate) relet: Duration,
+}
+
+/// A lock kind's calls. `rec` is the request's replay record key.
+pub(crate) trait Protocol: Sync {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a>;
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a>;
+    /// The kind's own scripts, loaded at start-up.
+    fn scripts(&self) -> Vec<&'static Script>;
+}
+
+/// The protocol of `kind`.
+pub(crate) fn of(kind: Kind) -> &'static dyn Protocol {
+    match kind {
+        Kind::Reentrant => &reentrant::Reentrant,
+        Kind::Fair => &fair::Fair,
+    }
+}
+
+/// Every script of every kind, for SCRIPT LOAD.
+pub(crate) fn all_scripts() -> Vec<&'static Script> {
+    let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN];
+    for kind in [Kind::Reentrant, Kind::Fair] {
+        all.extend(of(kind).scripts());
+    }
+    all
+}
+
+/// What one acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Held now by the caller's owner, at this reentry depth.
+    Acquired { token: u64, count: u64 },
+    /// Held by another owner; its remaining lease in ms (-1: no TTL).
+    Held { pttl: i64 },
+}
+
+/// What one release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    Released,
+    StillHeld(u64),
+    NotHeld,
+}
+
+/// The reply of every kind's acquire script: `{1, token, count}` or
+/// `{0, pttl}`.
+pub(crate) fn acquire_reply(reply: &[i64]) -> Result<AcquireReply> {
+    match reply {
+        [1, token, count] => Ok(AcquireReply::Acquired {
+            token: *token as u64,
+            count: *count as u64,
+        }),
+        [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
+        other => Err(unexpected("acquire", other)),
+    }
+}
+
+/// The reply of every kind's release script: 0 released, n > 0 levels
+/// left, -1 not this hold. `resent`: the request was written more than
+/// once (an earlier reply was lost).
+pub(crate) fn release_reply(reply: i64, resent: bool) -> ReleaseReply {
+    match reply {
+        0 => ReleaseReply::Released,
+        n if n > 0 => ReleaseReply::StillHeld(n as u64),
+        // A re-sent release that finds no hold of ours: the first send
+        // freed the lock (no record is kept for that), or the hold was gone
+        // already. Either way the lock is not ours any more.
+        _ if resent => ReleaseReply::Released,
+        _ => ReleaseReply::NotHeld,
+    }
+}
+
+/// The record key of `request`.
+pub(crate) fn record(keys: &LockKeys, request: &str) -> String {
+    format!("{}{request}", keys.req_prefix)
+}
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// A token argument: the number, or "" when unknown.
+fn token_arg(token: Option<u64>) -> Value {
+    token.map_or_else(|| "".into(), |t| (t as i64).into())
+}
+
+pub(crate) fn unexpected(op: &'static str, reply: &[i64]) -> Error {
+    Error::Redis {
+        op,
+        kind: crate::error::RedisErrorKind::Other,
+        message: format!("unexpected script reply {reply:?}"),
+    }
+}

@@ -1,0 +1,40 @@
+//! The reentrant lock's calls: `lua/acquire.lua` and `lua/release.lua`.
+
+use std::sync::LazyLock;
+
+use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use crate::keys::LockKeys;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", with_shared!("../../lua/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new("release", with_shared!("../../lua/release.lua")));
+
+pub(super) struct Reentrant;
+
+impl Protocol for Reentrant {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &ACQUIRE,
+            keys: vec![&keys.lock, &keys.token, rec],
+            args: vec![a.owner.into(), ms(a.lease).into(), ms(env.record_ttl).into()],
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RELEASE,
+            keys: vec![&keys.lock, &keys.channel, rec, &keys.token],
+            args: vec![
+                r.owner.into(),
+                ms(r.relet).into(),
+                ms(env.record_ttl).into(),
+                UNLOCK_MESSAGE.into(),
+                token_arg(r.token),
+                env.publish.into(),
+            ],
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&ACQUIRE, &RELEASE]
+    }
+}
