@@ -572,7 +572,13 @@ where
 {
     let asks = members.iter().map(|m| ask(m.clone())).collect();
     let grace = members[0].node.command_timeout;
-    crate::quorum::majority_then_grace(asks, Result::is_ok, grace, crate::quorum::NodeOps::spawner(&*members[0])).await
+    crate::quorum::majority_then_grace(
+        asks,
+        Result::is_ok,
+        grace,
+        crate::quorum::NodeOps::spawner(&*members[0]),
+    )
+    .await
 }
 
 /// The first refusal among `answers` that a retry cannot fix (a missing

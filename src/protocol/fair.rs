@@ -7,10 +7,10 @@ use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script};
 use crate::keys::LockKeys;
 
 static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", with_shared!("../../lua/fair_acquire.lua")));
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "fair_acquire.lua")));
 static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", with_shared!("../../lua/fair_release.lua")));
-static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", with_shared!("../../lua/fair_leave.lua")));
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_release.lua", "fair_release.lua")));
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", lua!("shared.lua", "fair_leave.lua")));
 
 pub(super) struct Fair;
 

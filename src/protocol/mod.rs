@@ -31,12 +31,15 @@ impl Script {
     }
 }
 
-/// The helpers of `lua/shared.lua`, put in front of every script that
-/// writes a lock: `refused` (a refusal that names its key), `next_token`,
-/// and the parts the kinds' acquire and release scripts share.
-macro_rules! with_shared {
-    ($file:literal) => {
-        concat!(include_str!("../../lua/shared.lua"), include_str!($file))
+/// A script's source: the files of `lua/` named, one after the other. A
+/// script that writes a lock starts with `shared.lua` (`refused`, a refusal
+/// that names its key, and `next_token`); acquire scripts add
+/// `shared_acquire.lua` (`take`, `reenter`), release scripts
+/// `shared_release.lua` (`leave_level`). Each script carries only the
+/// parts it uses: every call of a script defines its functions anew.
+macro_rules! lua {
+    ($($file:literal),+) => {
+        concat!($(include_str!(concat!("../../lua/", $file))),+)
     };
 }
 
@@ -45,13 +48,12 @@ mod reentrant;
 
 pub(crate) use fair::{leave, worth_an_attempt};
 
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", include_str!("../../lua/renew.lua")));
-pub(crate) static STATUS: LazyLock<Script> =
-    LazyLock::new(|| Script::new("status", include_str!("../../lua/status.lua")));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", lua!("renew.lua")));
+pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", lua!("status.lua")));
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new("raise_token", with_shared!("../../lua/raise_token.lua")));
+    LazyLock::new(|| Script::new("raise_token", lua!("shared.lua", "raise_token.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new("force_unlock", include_str!("../../lua/force_unlock.lua")));
+    LazyLock::new(|| Script::new("force_unlock", lua!("force_unlock.lua")));
 
 /// The fair acquire's PTTL when the lock is free but other waiters are
 /// ahead (the quorum keeps it when no master reports a holder).

@@ -5,8 +5,10 @@ use std::sync::LazyLock;
 use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", with_shared!("../../lua/acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new("release", with_shared!("../../lua/release.lua")));
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_release.lua", "release.lua")));
 
 pub(super) struct Reentrant;
 

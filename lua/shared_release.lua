@@ -1,0 +1,50 @@
+-- shared_release: the part every kind's release script shares; node.rs
+-- puts it after shared.lua in front of them.
+--
+-- leave_level(h, c, r, t)  one level of ARGV[1]'s hold of the lock hash
+--                          KEYS[h] whose token is ARGV[t] ('' when unknown;
+--                          compared with the counter KEYS[c]) is left.
+--                          Returns the script's reply when that is all (a
+--                          replay's recorded reply from KEYS[r], -1 when
+--                          the hold is not this one, n > 0 levels left, a
+--                          refusal), or nil when the last level went: the
+--                          hash (whose only field was the owner's) is
+--                          deleted, the release recorded when no token
+--                          tells later holds apart, and the caller wakes
+--                          the waiters. ARGV[2] is the lease to re-apply
+--                          while levels remain (0: leave it), ARGV[3] the
+--                          record's lifetime in ms.
+
+local function leave_level(h, c, r, t)
+  local rec = redis.call('GET', KEYS[r])
+  if rec then
+    return tonumber(rec)
+  end
+  local count = redis.pcall('HGET', KEYS[h], ARGV[1])
+  if type(count) == 'table' then
+    return refused(count, h)
+  end
+  if not count then
+    return -1
+  end
+  if ARGV[t] ~= '' then
+    local token = redis.pcall('GET', KEYS[c])
+    if type(token) == 'table' or tonumber(token or '0') ~= tonumber(ARGV[t]) then
+      return -1
+    end
+  end
+  count = tonumber(count) - 1
+  if count > 0 then
+    redis.call('HINCRBY', KEYS[h], ARGV[1], -1)
+    if tonumber(ARGV[2]) > 0 then
+      redis.call('PEXPIRE', KEYS[h], ARGV[2], 'GT')
+    end
+    redis.call('SET', KEYS[r], count, 'PX', ARGV[3])
+    return count
+  end
+  redis.call('DEL', KEYS[h])
+  if ARGV[t] == '' then
+    redis.call('SET', KEYS[r], 0, 'PX', ARGV[3])
+  end
+  return nil
+end
