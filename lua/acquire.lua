@@ -7,6 +7,8 @@
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  replay-record lifetime in ms (> 0)
+-- ARGV[4]  "1" when this request was never sent before (its record cannot
+--          exist, and is not read), anything else on a re-send
 --
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
@@ -22,20 +24,25 @@
 -- record exists already returns the recorded reply and changes nothing, so a
 -- replayed acquire never adds a second reentry.
 
-local rec = redis.call('GET', KEYS[3])
-if rec then
-  local token, count = string.match(rec, '^(%d+):(%d+)$')
-  return {1, tonumber(token), tonumber(count)}
+if ARGV[4] ~= '1' then
+  local rec = redis.call('GET', KEYS[3])
+  if rec then
+    local token, count = string.match(rec, '^(%d+):(%d+)$')
+    return {1, tonumber(token), tonumber(count)}
+  end
 end
 
 -- Wrong types surface on the first command touching each key, before any
 -- write: pcall turns them into a reply naming the key (refused, shared.lua).
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- PTTL answers for a key of any type: -2 means no lock, and otherwise it is
+-- the holder's remaining lease, the reply when the lock is another's.
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
   return take(1, 2, 3, ARGV[3])
 end
 local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
 if type(mine) == 'table' then return refused(mine, 1) end
 if mine == 0 then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, pttl}
 end
 return reenter(1, 2, 3, ARGV[3])

@@ -19,6 +19,8 @@
 -- ARGV[7]  prefix of the request records (the head's record key is ARGV[7]
 --          followed by the request id of its ask; same hash tag, so the
 --          same cluster slot as KEYS)
+-- ARGV[8]  "1" when this request was never sent before (its record cannot
+--          exist, and is not read), anything else on a re-send
 --
 -- Returns 0 released (and the live head, if any, woken or granted), n > 0
 -- levels left, -1 not held by this hold (nothing changed); error
@@ -45,7 +47,7 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done = leave_level(1, 4, 5, 4)
+local done = leave_level(1, 4, 5, 4, ARGV[8] == '1')
 if done then
   return done
 end

@@ -12,6 +12,8 @@
 -- ARGV[5]  the fencing token of the hold being released, or "" when unknown
 -- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channel shares the
 --          lock's slot), anything else for PUBLISH
+-- ARGV[7]  "1" when this request was never sent before (its record cannot
+--          exist, and is not read), anything else on a re-send
 --
 -- Returns
 --   0    released: the owner's last level was removed and the unlock was published
@@ -33,7 +35,7 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done = leave_level(1, 4, 3, 5)
+local done = leave_level(1, 4, 3, 5, ARGV[7] == '1')
 if done then
   return done
 end

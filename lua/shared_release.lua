@@ -1,7 +1,8 @@
 -- shared_release: the part every kind's release script shares; node.rs
 -- puts it after shared.lua in front of them.
 --
--- leave_level(h, c, r, t)  one level of ARGV[1]'s hold of the lock hash
+-- leave_level(h, c, r, t, fresh)
+--                          one level of ARGV[1]'s hold of the lock hash
 --                          KEYS[h] whose token is ARGV[t] ('' when unknown;
 --                          compared with the counter KEYS[c]) is left.
 --                          Returns the script's reply when that is all (a
@@ -13,12 +14,15 @@
 --                          tells later holds apart, and the caller wakes
 --                          the waiters. ARGV[2] is the lease to re-apply
 --                          while levels remain (0: leave it), ARGV[3] the
---                          record's lifetime in ms.
+--                          record's lifetime in ms. `fresh`: the request
+--                          was never sent before, so its record is not read.
 
-local function leave_level(h, c, r, t)
-  local rec = redis.call('GET', KEYS[r])
-  if rec then
-    return tonumber(rec)
+local function leave_level(h, c, r, t, fresh)
+  if not fresh then
+    local rec = redis.call('GET', KEYS[r])
+    if rec then
+      return tonumber(rec)
+    end
   end
   local count = redis.pcall('HGET', KEYS[h], ARGV[1])
   if type(count) == 'table' then

@@ -195,12 +195,13 @@ impl Node {
 
     /// Runs a kind's call (see [`Node::run`]).
     async fn call<R: FromValue>(&self, call: Call<'_>, timeout: Duration) -> Result<R> {
-        self.run(call.script, &call.keys, call.args, timeout).await
+        self.call_counted(call, timeout).await.map(|(r, _)| r)
     }
 
     /// Runs a kind's call (see [`Node::run_counted`]).
     async fn call_counted<R: FromValue>(&self, call: Call<'_>, timeout: Duration) -> Result<(R, bool)> {
-        self.run_counted(call.script, &call.keys, call.args, timeout).await
+        self.run_counted(call.script, &call.keys, call.args, call.first_send, timeout)
+            .await
     }
 
     /// How scripts publish unlock messages: sharded pub/sub on a cluster
@@ -227,16 +228,20 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<R> {
-        self.run_counted(script, keys, args, timeout).await.map(|(r, _)| r)
+        self.run_counted(script, keys, args, None, timeout)
+            .await
+            .map(|(r, _)| r)
     }
 
     /// [`Node::run`], also saying whether the request was written more than
-    /// once (its first reply was lost).
+    /// once (its first reply was lost). `first_send`: the index in `args` of
+    /// the script's first-send flag, cleared when the request goes again.
     async fn run_counted<R: FromValue>(
         &self,
         script: &Script,
         keys: &[&str],
         args: Vec<Value>,
+        first_send: Option<usize>,
         timeout: Duration,
     ) -> Result<(R, bool)> {
         let deadline = Instant::now() + timeout;
@@ -301,6 +306,9 @@ impl Node {
                     // request goes again, now to the slot's new owner.
                     tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
                     resent = true;
+                    if let Some(i) = first_send {
+                        argv[2 + keys.len() + i] = "0".into();
+                    }
                     tokio::time::sleep(backoff.next()).await;
                 }
             }
@@ -311,6 +319,7 @@ impl Node {
     /// [`crate::protocol::Acquire`]): a replay of `request` acquires
     /// nothing more. A level granted without the confirmations asked for
     /// is given back, and the attempt is an error.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -319,6 +328,7 @@ impl Node {
         request: &str,
         enqueue: bool,
         grant: Option<&str>,
+        resent: bool,
     ) -> Result<AcquireReply> {
         let rec = crate::protocol::record(keys, request);
         let call = crate::protocol::of(keys.kind).acquire(
@@ -330,6 +340,7 @@ impl Node {
                 request,
                 enqueue,
                 grant,
+                resent,
             },
             &self.env(),
         );
@@ -383,7 +394,12 @@ impl Node {
         let call = crate::protocol::of(keys.kind).release(
             keys,
             &rec,
-            &crate::protocol::Release { owner, token, relet },
+            &crate::protocol::Release {
+                owner,
+                token,
+                relet,
+                resent,
+            },
             &self.env(),
         );
         let (reply, written_twice): (i64, bool) = self.call_counted(call, self.command_timeout).await?;

@@ -36,6 +36,8 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 
 /// What the quorum needs of one master.
 pub(crate) trait NodeOps: Send + Sync + 'static {
+    /// `resent`: `request` was sent before, its outcome unknown.
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
         keys: &LockKeys,
@@ -44,6 +46,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         request: &str,
         enqueue: bool,
         grant: Option<&str>,
+        resent: bool,
     ) -> impl Future<Output = Result<AcquireReply>> + Send;
 
     #[allow(clippy::too_many_arguments)]
@@ -135,7 +138,7 @@ impl<M: NodeOps> Drop for Pending<M> {
             let give_up = Instant::now() + lease;
             let mut pause = RESEND;
             loop {
-                match member.acquire(&keys, &owner, lease, &request, false, None).await {
+                match member.acquire(&keys, &owner, lease, &request, false, None, true).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
@@ -422,7 +425,15 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         async move {
             let r = pending
                 .member
-                .acquire(ask.keys, ask.owner, ask.lease, ask.request, ask.enqueue, ask.grant)
+                .acquire(
+                    ask.keys,
+                    ask.owner,
+                    ask.lease,
+                    ask.request,
+                    ask.enqueue,
+                    ask.grant,
+                    false,
+                )
                 .await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 pending.armed = false;
@@ -873,8 +884,13 @@ impl NodeOps for Member {
         request: &str,
         enqueue: bool,
         grant: Option<&str>,
+        resent: bool,
     ) -> Result<AcquireReply> {
-        let r = self.note(self.node.acquire(keys, owner, lease, request, enqueue, grant).await);
+        let r = self.note(
+            self.node
+                .acquire(keys, owner, lease, request, enqueue, grant, resent)
+                .await,
+        );
         if r.is_ok() && self.reconnected() {
             // It ran on a re-opened connection, maybe on a restarted master:
             // not counted (and undone, as a reply of unknown outcome).
@@ -983,6 +999,7 @@ mod tests {
             request: &str,
             _: bool,
             _: Option<&str>,
+            _: bool,
         ) -> Result<AcquireReply> {
             if self.down {
                 return Err(unreachable());

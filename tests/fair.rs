@@ -49,6 +49,7 @@ fn release_without_telling(server: &RedisServer, name: &str, field: &str) -> Rep
         "EVAL",
         concat!(
             include_str!("../lua/shared.lua"),
+            include_str!("../lua/shared_release.lua"),
             include_str!("../lua/fair_release.lua")
         ),
         "6",
@@ -65,6 +66,7 @@ fn release_without_telling(server: &RedisServer, name: &str, field: &str) -> Rep
         "nobody-listens:",
         "PUBLISH",
         &req_prefix,
+        "1",
     ])
 }
 

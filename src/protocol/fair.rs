@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script};
+use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script};
 use crate::keys::LockKeys;
 
 static FAIR_ACQUIRE: LazyLock<Script> =
@@ -37,6 +37,9 @@ impl Protocol for Fair {
                 ask.into(),
                 ms(env.waiter_timeout * 2).into(),
             ],
+            // A waiter's request id may have a record before its first send
+            // of an attempt: an unlock writes the grant there.
+            first_send: None,
         }
     }
 
@@ -52,7 +55,9 @@ impl Protocol for Fair {
                 keys.wake_prefix.as_str().into(),
                 env.publish.into(),
                 keys.req_prefix.as_str().into(),
+                first_send_flag(!r.resent),
             ],
+            first_send: Some(7),
         }
     }
 
@@ -71,6 +76,7 @@ pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, e
         script: &FAIR_LEAVE,
         keys: key_list,
         args: vec![owner.into(), keys.wake_prefix.as_str().into(), env.publish.into()],
+        first_send: None,
     }
 }
 

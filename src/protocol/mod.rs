@@ -79,6 +79,15 @@ pub(crate) struct Call<'a> {
     pub(crate) script: &'static Script,
     pub(crate) keys: Vec<&'a str>,
     pub(crate) args: Vec<Value>,
+    /// The ARGV index (from 0) of the flag that says the request was never
+    /// sent before ("1"): whoever sends it again sets it to "0", so the
+    /// script reads the request's record then.
+    pub(crate) first_send: Option<usize>,
+}
+
+/// The value of a first-send flag.
+fn first_send_flag(first: bool) -> Value {
+    if first { "1" } else { "0" }.into()
 }
 
 /// One acquire attempt for `owner` with a lease of `lease`. `request`
@@ -91,6 +100,10 @@ pub(crate) struct Acquire<'a> {
     pub(crate) request: &'a str,
     pub(crate) enqueue: bool,
     pub(crate) grant: Option<&'a str>,
+    /// `request` was sent before (its outcome unknown): its record may
+    /// exist. A request sent for the first time has none, and the script
+    /// need not look.
+    pub(crate) resent: bool,
 }
 
 /// Leaving one level of `owner`'s hold whose fencing token is `token`
@@ -100,6 +113,8 @@ pub(crate) struct Release<'a> {
     pub(crate) owner: &'a str,
     pub(crate) token: Option<u64>,
     pub(crate) relet: Duration,
+    /// As [`Acquire::resent`].
+    pub(crate) resent: bool,
 }
 
 /// A lock kind's calls. `rec` is the request's replay record key.

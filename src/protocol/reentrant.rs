@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use super::{ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> =
@@ -17,7 +17,13 @@ impl Protocol for Reentrant {
         Call {
             script: &ACQUIRE,
             keys: vec![&keys.lock, &keys.token, rec],
-            args: vec![a.owner.into(), ms(a.lease).into(), ms(env.record_ttl).into()],
+            args: vec![
+                a.owner.into(),
+                ms(a.lease).into(),
+                ms(env.record_ttl).into(),
+                first_send_flag(!a.resent),
+            ],
+            first_send: Some(3),
         }
     }
 
@@ -32,7 +38,9 @@ impl Protocol for Reentrant {
                 UNLOCK_MESSAGE.into(),
                 token_arg(r.token),
                 env.publish.into(),
+                first_send_flag(!r.resent),
             ],
+            first_send: Some(6),
         }
     }
 
