@@ -59,7 +59,7 @@ fn block<F: std::future::Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Outpu
 /// tokio refuses to stop a runtime from inside another).
 #[derive(Clone)]
 pub struct Client {
-    inner: crate::Client,
+    inner: crate::client::Client,
     rt: Arc<tokio::runtime::Runtime>,
 }
 
@@ -82,7 +82,7 @@ impl Client {
     ///
     /// Inside an async runtime (see the [module docs](self)).
     pub fn connect(url: &str) -> Result<Client> {
-        Client::build(crate::Client::builder(url))
+        Client::build(crate::client::Client::builder(url))
     }
 
     /// Builds a client from any [`crate::ClientBuilder`] (several masters,
@@ -95,7 +95,7 @@ impl Client {
     /// # Panics
     ///
     /// Inside an async runtime (see the [module docs](self)).
-    pub fn build(builder: crate::ClientBuilder) -> Result<Client> {
+    pub fn build(builder: crate::client::ClientBuilder) -> Result<Client> {
         refuse_inside_runtime();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -135,7 +135,7 @@ impl Client {
     }
 
     /// The async client underneath.
-    pub fn as_async(&self) -> &crate::Client {
+    pub fn as_async(&self) -> &crate::client::Client {
         &self.inner
     }
 }
@@ -148,7 +148,7 @@ fn runtime_error(e: std::io::Error) -> Error {
 /// the calling OS thread.
 #[derive(Clone)]
 pub struct Lock {
-    inner: crate::Lock,
+    inner: crate::lock::Lock,
     rt: Arc<tokio::runtime::Runtime>,
 }
 
@@ -271,11 +271,11 @@ impl Lock {
     /// # Panics
     ///
     /// Inside an async runtime (see the [module docs](self)).
-    pub fn status(&self) -> Result<crate::LockStatus> {
+    pub fn status(&self) -> Result<crate::status::LockStatus> {
         block(&self.rt, self.inner.status())
     }
 
-    fn guard(&self, r: Result<crate::LockGuard>) -> Result<LockGuard> {
+    fn guard(&self, r: Result<crate::guard::LockGuard>) -> Result<LockGuard> {
         r.map(|inner| LockGuard {
             inner,
             rt: self.rt.clone(),
@@ -288,7 +288,7 @@ impl Lock {
 /// client's runtime (it never blocks); `unlock` reports errors.
 #[must_use = "dropping the guard releases the lock at once; keep it for the whole critical section"]
 pub struct LockGuard {
-    inner: crate::LockGuard,
+    inner: crate::guard::LockGuard,
     rt: Arc<tokio::runtime::Runtime>,
 }
 

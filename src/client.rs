@@ -781,7 +781,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    pub async fn locks(&self, pattern: &str) -> Result<Vec<crate::LockStatus>> {
+    pub async fn locks(&self, pattern: &str) -> Result<Vec<crate::status::LockStatus>> {
         let prefix = &self.inner.settings.prefix;
         let token_keys = format!("{}:*:token", crate::keys::NAMESPACE);
         let scans = futures::future::join_all(self.inner.members.iter().map(|m| m.node.scan(&token_keys))).await;
