@@ -173,6 +173,11 @@ struct Partial<M: NodeOps> {
     /// Per master: granted, and the token to release it with.
     held: Vec<bool>,
     tokens: Vec<Option<u64>>,
+    /// Per master: the request id of its give-back, once sent. A give-back
+    /// whose outcome is unknown goes again under the same id, so a master
+    /// that ran it answers from its record: a re-entered level is never
+    /// given back twice.
+    requests: Vec<Option<String>>,
     armed: bool,
 }
 
@@ -180,14 +185,20 @@ impl<M: NodeOps> Partial<M> {
     /// Releases every granted level and waits for it (each call bounded by
     /// the node timeout); what fails stays armed for the background.
     async fn undo(&mut self) {
+        if self.requests.len() < self.held.len() {
+            self.requests.resize(self.held.len(), None);
+        }
         let calls = self.held.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| {
             let member = self.members[i].clone();
             let token = self.tokens[i];
+            let resent = self.requests[i].is_some();
+            let request = self.requests[i]
+                .get_or_insert_with(crate::keys::fresh_request_id)
+                .clone();
             let (keys, owner) = (&self.keys, &self.owner);
             async move {
-                let request = crate::keys::fresh_request_id();
                 let r = member
-                    .release(keys, owner, token, Duration::ZERO, &request, false)
+                    .release(keys, owner, token, Duration::ZERO, &request, resent)
                     .await;
                 (i, r)
             }
@@ -211,6 +222,7 @@ impl<M: NodeOps> Drop for Partial<M> {
             owner: self.owner.clone(),
             held: std::mem::take(&mut self.held),
             tokens: std::mem::take(&mut self.tokens),
+            requests: std::mem::take(&mut self.requests),
             armed: false,
         };
         let spawner = rest.members[0].spawner().clone();
@@ -411,6 +423,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         owner: ask.owner.clone(),
         held: vec![false; n],
         tokens: vec![None; n],
+        requests: Vec::new(),
         armed: true,
     };
     let mut replies = Unordered::new(members.iter().enumerate().filter(|(_, m)| m.counts()).map(|(i, m)| {
@@ -969,6 +982,11 @@ mod tests {
         counter: Mutex<u64>,
         /// Replay records: request id -> (token, count).
         records: Mutex<std::collections::HashMap<String, (u64, u64)>>,
+        /// Release replay records: request id -> reply.
+        release_records: Mutex<std::collections::HashMap<String, ReleaseReply>>,
+        /// The next release runs and its reply is lost.
+        lose_next_release_reply: AtomicBool,
+        release_calls: std::sync::atomic::AtomicUsize,
     }
 
     impl Default for Fake {
@@ -979,6 +997,9 @@ mod tests {
                 hold: Default::default(),
                 counter: Default::default(),
                 records: Default::default(),
+                release_records: Default::default(),
+                lose_next_release_reply: AtomicBool::new(false),
+                release_calls: Default::default(),
             }
         }
     }
@@ -1034,25 +1055,34 @@ mod tests {
             owner: &str,
             token: Option<u64>,
             _: Duration,
-            _: &str,
+            request: &str,
             _: bool,
         ) -> Result<ReleaseReply> {
+            self.release_calls.fetch_add(1, Ordering::SeqCst);
             if self.down {
                 return Err(unreachable());
             }
+            if let Some(reply) = self.release_records.lock().get(request) {
+                return Ok(*reply);
+            }
             let mut hold = self.hold.lock();
-            match &mut *hold {
+            let reply = match &mut *hold {
                 Some((o, c)) if o == owner && token.is_none_or(|t| t == *self.counter.lock()) => {
                     *c -= 1;
                     if *c == 0 {
                         *hold = None;
-                        Ok(ReleaseReply::Released)
+                        ReleaseReply::Released
                     } else {
-                        Ok(ReleaseReply::StillHeld(*c))
+                        ReleaseReply::StillHeld(*c)
                     }
                 }
-                _ => Ok(ReleaseReply::NotHeld),
+                _ => ReleaseReply::NotHeld,
+            };
+            self.release_records.lock().insert(request.to_string(), reply);
+            if self.lose_next_release_reply.swap(false, Ordering::SeqCst) {
+                return Err(unreachable());
             }
+            Ok(reply)
         }
 
         async fn raise_token(&self, _: &LockKeys, token: u64) -> Result<u64> {
@@ -1187,5 +1217,41 @@ mod tests {
         assert_eq!(combine_pttl(&[-3, 40, 7, -1]), 7);
         assert_eq!(combine_pttl(&[-1, -3]), -3);
         assert_eq!(combine_pttl(&[-1]), -1);
+    }
+
+    /// A give-back whose reply was lost goes again under the same request
+    /// id: a re-entered level the master did give back is not given back a
+    /// second time (the owner keeps the level it held before the attempt).
+    #[tokio::test]
+    async fn a_give_back_whose_reply_was_lost_is_not_applied_twice() {
+        let keys = Arc::new(LockKeys::new("", "fake").unwrap());
+        let master = Arc::new(Fake::default());
+        *master.counter.lock() = 7;
+        // Held twice: once before the attempt, once by the attempt itself.
+        *master.hold.lock() = Some(("me:1".into(), 2));
+        master.lose_next_release_reply.store(true, Ordering::SeqCst);
+        let mut partial = Partial {
+            members: vec![master.clone()],
+            keys,
+            owner: Arc::from("me:1"),
+            held: vec![true],
+            tokens: vec![Some(7)],
+            requests: Vec::new(),
+            armed: true,
+        };
+        partial.undo().await;
+        assert_eq!(master.hold.lock().as_ref().map(|h| h.1), Some(1), "given back once");
+        assert!(partial.held[0], "outcome unknown: still to settle");
+        drop(partial); // settles in the background
+        let until = Instant::now() + Duration::from_secs(5);
+        while master.release_calls.load(Ordering::SeqCst) < 2 {
+            assert!(Instant::now() < until, "the background give-back ran");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            master.hold.lock().as_ref().map(|h| h.1),
+            Some(1),
+            "the level held before the attempt is still held"
+        );
     }
 }
