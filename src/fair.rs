@@ -169,10 +169,10 @@ impl Policy for FairWait<'_> {
         }
     }
 
-    fn early_interest(&self, t: Target<'_>, channel: &str) -> Option<Interest> {
+    fn early_interest(&self, t: Target<'_>) -> Option<Interest> {
         self.wake
             .as_ref()
-            .and_then(|_| t.core.pubsub.interest_if_subscribed(channel))
+            .and_then(|_| t.core.pubsub.interest_if_subscribed(&self.channel(t)))
     }
 
     fn request(&self) -> Request<'_> {
@@ -192,13 +192,11 @@ impl Policy for FairWait<'_> {
     /// place and its first attempt's answer stand (a later grant arrives as
     /// a message, or in the record).
     fn first_answer_stands(&self, t: Target<'_>, listened_early: bool) -> impl Future<Output = Result<bool>> + Send {
-        let request = self.request.clone();
-        let node = t.core.first().clone();
-        let keys = t.keys.clone();
+        let request = self.request.as_deref();
         async move {
             match request {
                 Some(_) if listened_early => Ok(true),
-                Some(id) => node.worth_an_attempt(&keys, &id).await.map(|worth| !worth),
+                Some(id) => t.core.first().worth_an_attempt(t.keys, id).await.map(|worth| !worth),
                 None => Ok(false),
             }
         }

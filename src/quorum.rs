@@ -185,9 +185,6 @@ impl<M: NodeOps> Partial<M> {
     /// Releases every granted level and waits for it (each call bounded by
     /// the node timeout); what fails stays armed for the background.
     async fn undo(&mut self) {
-        if self.requests.len() < self.held.len() {
-            self.requests.resize(self.held.len(), None);
-        }
         let calls = self.held.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| {
             let member = self.members[i].clone();
             let token = self.tokens[i];
@@ -423,7 +420,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         owner: ask.owner.clone(),
         held: vec![false; n],
         tokens: vec![None; n],
-        requests: Vec::new(),
+        requests: vec![None; n],
         armed: true,
     };
     let mut replies = Unordered::new(members.iter().enumerate().filter(|(_, m)| m.counts()).map(|(i, m)| {
@@ -1236,7 +1233,7 @@ mod tests {
             owner: Arc::from("me:1"),
             held: vec![true],
             tokens: vec![Some(7)],
-            requests: Vec::new(),
+            requests: vec![None],
             armed: true,
         };
         partial.undo().await;

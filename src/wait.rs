@@ -56,10 +56,10 @@ pub(crate) trait Policy: Send {
         t.keys.channel.clone()
     }
 
-    /// A subscription to `channel` that is still open (from an earlier
+    /// A subscription to its channel that is still open (from an earlier
     /// wait), to listen from before the first attempt; `None` subscribes
     /// after it.
-    fn early_interest(&self, _t: Target<'_>, _channel: &str) -> Option<Interest> {
+    fn early_interest(&self, _t: Target<'_>) -> Option<Interest> {
         None
     }
 
@@ -135,10 +135,9 @@ pub(crate) async fn wait<P: Policy>(
     deadline: Option<Instant>,
     mut policy: P,
 ) -> Result<Option<LockGuard>> {
-    let channel = policy.channel(t);
     // A waiter whose channel is still subscribed keeps it from before its
     // first attempt: any grant after that attempt then reaches it.
-    let early = policy.early_interest(t, &channel);
+    let early = policy.early_interest(t);
     let listened_early = early.is_some();
     // First attempt without subscribing: the uncontended path is a single
     // script call.
@@ -161,7 +160,8 @@ pub(crate) async fn wait<P: Policy>(
         policy.give_up().await;
         return retries.at_deadline();
     }
-    let interest = early.unwrap_or_else(|| t.core.pubsub.interest(&channel));
+    // Named only now: the uncontended path never needs the channel.
+    let interest = early.unwrap_or_else(|| t.core.pubsub.interest(&policy.channel(t)));
     // Subscribing counts against the wait like everything else, and is
     // retried like an attempt.
     let subscribed = async {
