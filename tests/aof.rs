@@ -33,18 +33,11 @@ fn aof_server(fsync: &str, extra: &[&str]) -> RedisServer {
     RedisServer::start_bin(Some(&bin), &args)
 }
 
-fn link_up(replica: &RedisServer) -> bool {
-    replica.info_field("replication", "master_link_status").as_deref() == Some("up")
-}
-
 /// A master and one replica, both writing append-only files fsynced on
 /// every write, the link up.
-async fn master_with_replica() -> (RedisServer, RedisServer) {
-    let master = aof_server("always", &[]);
-    let port = master.port.to_string();
-    let replica = aof_server("always", &["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
-    (master, replica)
+fn master_with_replica() -> (RedisServer, RedisServer) {
+    let bin = waitaof_server_bin();
+    RedisServer::start_master_with_replica(Some(&bin), &["--appendonly", "yes", "--appendfsync", "always"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,7 +77,7 @@ async fn grants_count_once_the_masters_own_file_has_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_whose_replica_is_stopped_grants_nothing() {
     bounded(Duration::from_secs(60), async {
-        let (master, replica) = master_with_replica().await;
+        let (master, replica) = master_with_replica();
         let c = Client::builder(&master.url())
             .min_aof_fsynced(true, 1, FSYNC_TIMEOUT)
             .command_timeout(Duration::from_secs(1))
@@ -101,7 +94,7 @@ async fn a_master_whose_replica_is_stopped_grants_nothing() {
         assert_eq!(master.cmd(&["EXISTS", "replicated"]).as_int(), Some(0), "given back");
 
         replica.resume();
-        assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
+        assert!(eventually(Duration::from_secs(10), || replica.replica_link_up()).await);
         let g = lock.try_lock(Duration::from_secs(5), LONG).await.unwrap().unwrap();
         g.unlock().await.unwrap();
     })
@@ -113,25 +106,9 @@ async fn a_master_whose_replica_is_stopped_grants_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpersisted_renewals_put_the_hold_at_risk() {
     bounded(Duration::from_secs(60), async {
-        let (_master, replica) = master_with_replica().await;
-        let lease = Duration::from_millis(2400);
-        let c = Client::builder(&_master.url())
-            .min_aof_fsynced(false, 1, FSYNC_TIMEOUT)
-            .watchdog_lease(lease)
-            .command_timeout(Duration::from_millis(500))
-            .build()
-            .await
-            .unwrap();
-        let guard = c.lock("renewed").unwrap().lock().await.unwrap();
-        assert!(tokio::time::timeout(lease, guard.at_risk()).await.is_err(), "healthy");
-        replica.pause();
-        tokio::time::timeout(lease, guard.at_risk())
-            .await
-            .expect("at risk while the replica does not fsync");
-        assert!(!guard.is_lost());
-        replica.resume();
-        assert!(eventually(lease / 2, || !guard.is_at_risk()).await);
-        guard.unlock().await.unwrap();
+        let (master, replica) = master_with_replica();
+        let builder = Client::builder(&master.url()).min_aof_fsynced(false, 1, FSYNC_TIMEOUT);
+        renewals_go_at_risk_while_paused(builder, &replica, "fsync").await;
     })
     .await
 }
@@ -185,14 +162,7 @@ async fn aof_settings_are_checked_when_the_client_is_built() {
 
 #[test]
 fn the_command_takes_aof_confirmations() {
-    let master = aof_server("always", &[]);
-    let port = master.port.to_string();
-    let replica = aof_server("always", &["--replicaof", "127.0.0.1", &port]);
-    let until = Instant::now() + Duration::from_secs(10);
-    while !link_up(&replica) {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (master, replica) = master_with_replica();
     let run = || {
         Command::new(env!("CARGO_BIN_EXE_lockwarden"))
             .env_remove("LOCKWARDEN_REDIS")

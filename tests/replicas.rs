@@ -22,23 +22,10 @@ fn not_replicated(e: &Error) -> bool {
     )
 }
 
-fn link_up(replica: &RedisServer) -> bool {
-    replica.info_field("replication", "master_link_status").as_deref() == Some("up")
-}
-
-/// A master and one replica whose link is up.
-async fn master_with_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
-    (master, replica)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_master_whose_replica_is_stopped_grants_nothing() {
     bounded(Duration::from_secs(60), async {
-        let (master, replica) = master_with_replica().await;
+        let (master, replica) = RedisServer::start_master_with_replica(None, &[]);
         let sentinel = RedisSentinel::start(&master);
         let c = Client::builder(&sentinel.url())
             .min_replicas_acked(1, ACK_TIMEOUT)
@@ -73,7 +60,7 @@ async fn a_sentinel_master_whose_replica_is_stopped_grants_nothing() {
         assert!(not_replicated(&e), "{e}");
 
         replica.resume();
-        assert!(eventually(Duration::from_secs(10), || link_up(&replica)).await);
+        assert!(eventually(Duration::from_secs(10), || replica.replica_link_up()).await);
         let g = lock.try_lock(Duration::from_secs(5), LONG).await.unwrap().unwrap();
         g.unlock().await.unwrap();
     })
@@ -85,25 +72,9 @@ async fn a_sentinel_master_whose_replica_is_stopped_grants_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacknowledged_renewals_put_the_hold_at_risk() {
     bounded(Duration::from_secs(60), async {
-        let (master, replica) = master_with_replica().await;
-        let lease = Duration::from_millis(2400);
-        let c = Client::builder(&master.url())
-            .min_replicas_acked(1, ACK_TIMEOUT)
-            .watchdog_lease(lease)
-            .command_timeout(Duration::from_millis(500))
-            .build()
-            .await
-            .unwrap();
-        let guard = c.lock("renewed").unwrap().lock().await.unwrap();
-        assert!(tokio::time::timeout(lease, guard.at_risk()).await.is_err(), "healthy");
-        replica.pause();
-        tokio::time::timeout(lease, guard.at_risk())
-            .await
-            .expect("at risk while the replica does not acknowledge");
-        assert!(!guard.is_lost());
-        replica.resume();
-        assert!(eventually(lease / 2, || !guard.is_at_risk()).await);
-        guard.unlock().await.unwrap();
+        let (master, replica) = RedisServer::start_master_with_replica(None, &[]);
+        let builder = Client::builder(&master.url()).min_replicas_acked(1, ACK_TIMEOUT);
+        renewals_go_at_risk_while_paused(builder, &replica, "acknowledge").await;
     })
     .await
 }
@@ -154,14 +125,7 @@ async fn replica_acknowledgement_settings_are_checked() {
 
 #[test]
 fn the_command_takes_min_replicas() {
-    let master = RedisServer::start();
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let until = Instant::now() + Duration::from_secs(10);
-    while !link_up(&replica) {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (master, replica) = RedisServer::start_master_with_replica(None, &[]);
     let run = || {
         Command::new(env!("CARGO_BIN_EXE_lockwarden"))
             .env_remove("LOCKWARDEN_REDIS")

@@ -144,6 +144,28 @@ impl RedisServer {
         false
     }
 
+    /// Whether this replica's link to its master is up.
+    pub fn replica_link_up(&self) -> bool {
+        self.info_field("replication", "master_link_status").as_deref() == Some("up")
+    }
+
+    /// Starts a master and one replica of it, both from `bin` (`None`: the
+    /// usual binary) with `extra` arguments, and waits (at most 10 s) until
+    /// the replica's link is up.
+    pub fn start_master_with_replica(bin: Option<&str>, extra: &[&str]) -> (RedisServer, RedisServer) {
+        let master = RedisServer::start_bin(bin, extra);
+        let port = master.port.to_string();
+        let mut args = extra.to_vec();
+        args.extend_from_slice(&["--replicaof", "127.0.0.1", &port]);
+        let replica = RedisServer::start_bin(bin, &args);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !replica.replica_link_up() {
+            assert!(Instant::now() < until, "the replica's link came up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (master, replica)
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -766,4 +788,28 @@ pub async fn assert_no_queues(server: &RedisServer) {
         "queue keys left behind: {:?}",
         left()
     );
+}
+
+/// With the confirmations `builder` asks for, a watchdog hold (2.4 s lease)
+/// is not at risk while `replica` answers, goes at risk while it is paused
+/// (`why` says what it then does not confirm), and comes back once it is
+/// resumed.
+pub async fn renewals_go_at_risk_while_paused(builder: lockwarden::ClientBuilder, replica: &RedisServer, why: &str) {
+    let lease = Duration::from_millis(2400);
+    let c = builder
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let guard = c.lock("renewed").unwrap().lock().await.unwrap();
+    assert!(tokio::time::timeout(lease, guard.at_risk()).await.is_err(), "healthy");
+    replica.pause();
+    tokio::time::timeout(lease, guard.at_risk())
+        .await
+        .unwrap_or_else(|_| panic!("at risk while the replica does not {why}"));
+    assert!(!guard.is_lost());
+    replica.resume();
+    assert!(eventually(lease / 2, || !guard.is_at_risk()).await);
+    guard.unlock().await.unwrap();
 }
