@@ -9,6 +9,12 @@
 -- ARGV[3]  replay-record lifetime in ms (> 0)
 -- ARGV[4]  "1" when this request was never sent before (its record cannot
 --          exist, and is not read), anything else on a re-send
+-- ARGV[5]  "0" when the caller only tries; "1" when it listens on the
+--          lock's channel and waits for the unlock: a refusal then sets the
+--          hash's ':wait' field, so the unlock publishes (see
+--          shared_acquire.lua for the fields); "2" as "1", and other waits
+--          of its client listen too (it wakes one per message), so a fresh
+--          take sets ':wait' as well
 --
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
@@ -19,10 +25,13 @@
 --                      server's own refusal (OOM, READONLY, ...); nothing is
 --                      changed
 --
--- Side effects: on success HINCRBY of the owner's field, the lease is set
--- (a re-entry never shortens it), KEYS[3] records the reply. A request whose
--- record exists already returns the recorded reply and changes nothing, so a
--- replayed acquire never adds a second reentry.
+-- Side effects: on success the owner's field goes up by one and the lease
+-- is set (a re-entry never shortens it); a fresh take also writes the
+-- hash's ':token' and ':take', a re-entry records its reply at KEYS[3]. A
+-- re-sent request whose record exists, or whose fresh take made the
+-- current hold, returns that reply and changes nothing, so a replayed
+-- acquire never adds a second reentry. A refusal changes nothing but
+-- ':wait' (with ARGV[5]).
 
 if ARGV[4] ~= '1' then
   local rec = redis.call('GET', KEYS[3])
@@ -30,6 +39,8 @@ if ARGV[4] ~= '1' then
     local token, count = string.match(rec, '^(%d+):(%d+)$')
     return {1, tonumber(token), tonumber(count)}
   end
+  local replayed = replayed_take(1, 3)
+  if replayed then return replayed end
 end
 
 -- Wrong types surface on the first command touching each key, before any
@@ -38,11 +49,16 @@ end
 -- the holder's remaining lease, the reply when the lock is another's.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
-  return take(1, 2, 3, ARGV[3])
+  return take(1, 2, 3, ARGV[5] == '2')
 end
-local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-if type(mine) == 'table' then return refused(mine, 1) end
-if mine == 0 then
+local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
+if got.err then return refused(got, 1) end
+if not got[1] then
+  if ARGV[5] ~= '0' and not got[3] then
+    -- A refused mark (a full server) only costs the waiter a wait to the
+    -- lease's end.
+    redis.pcall('HSET', KEYS[1], ':wait', '1')
+  end
   return {0, pttl}
 end
-return reenter(1, 2, 3, ARGV[3])
+return reenter(1, 2, 3, ARGV[3], tonumber(got[2]))

@@ -40,8 +40,9 @@
 -- when it is free and the queue is empty or headed by this owner (no
 -- barging), which also removes the owner from the queue. A free lock with
 -- another waiter at the head wakes that head (its message may have been
--- lost). KEYS[5] records a successful reply, so a replay acquires nothing
--- more. A record that an unlock wrote when it granted the lock to this
+-- lost). A fresh take is recorded in the hash (':take', see
+-- shared_acquire.lua) and a re-entry at KEYS[5], so a replay acquires
+-- nothing more. A record that an unlock wrote when it granted the lock to this
 -- waiter ("<token>:1:g") also sets the lease to ARGV[2] (never shortening)
 -- while the grant's hold is still there. The queue keys live ARGV[9] ms
 -- past the last waiter's refresh. A record a leaving waiter marked "left"
@@ -56,9 +57,11 @@ if rec then
     return {0, -3}
   end
   local token, count, granted = string.match(rec, '^(%d+):(%d+)(:?g?)$')
-  if granted == ':g' and redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1
-      and redis.call('GET', KEYS[4]) == token then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  if granted == ':g' then
+    local held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token')
+    if not held.err and held[1] and held[2] == token then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    end
   end
   return {1, tonumber(token), tonumber(count)}
 end
@@ -72,10 +75,14 @@ local pttl = redis.call('PTTL', KEYS[1])
 local exists = pttl ~= -2
 local head
 if exists then
-  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then return refused(mine, 1) end
-  if mine == 1 then
-    return reenter(1, 4, 5, ARGV[4])
+  local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':take')
+  if got.err then return refused(got, 1) end
+  if got[3] == KEYS[5] and got[2] then
+    -- This request's own fresh take made the hold (its reply was lost).
+    return {1, tonumber(got[2]), 1}
+  end
+  if got[1] then
+    return reenter(1, 4, 5, ARGV[4], tonumber(got[2]))
   end
   -- Held by another: who heads the queue does not matter now, and stale
   -- waiters are evicted by the unlock (from the head) or by an attempt that
@@ -95,7 +102,7 @@ else
     head = redis.call('LINDEX', KEYS[2], 0)
   end
   if not head or head == ARGV[1] then
-    local taken = take(1, 4, 5, ARGV[4])
+    local taken = take(1, 4, 5, false)
     if head and taken[1] == 1 then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])

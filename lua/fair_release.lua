@@ -93,7 +93,7 @@ if lease then
     local ms_text = string.format('%d', ms)
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[6], head)
-    redis.call('HSET', KEYS[1], head, '1')
+    redis.call('HSET', KEYS[1], head, '1', ':token', token)
     redis.call('PEXPIRE', KEYS[1], ms_text)
     local record_ms = tonumber(keep) > ms and keep or ms_text
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', record_ms)

@@ -16,7 +16,8 @@
 --          exist, and is not read), anything else on a re-send
 --
 -- Returns
---   0    released: the owner's last level was removed and the unlock was published
+--   0    released: the owner's last level was removed, and the unlock was
+--        published if a listening waiter was refused during the hold
 --   n>0  still held by the owner with n levels left
 --   -1   not held by this hold (expired, lost, never taken, or a newer hold of
 --        the same owner, told apart by its token): nothing changed
@@ -24,7 +25,11 @@
 --        refusal (OOM, READONLY, ...); nothing changed
 --
 -- Side effects: HINCRBY -1 of the owner's field; at zero the hash (whose only
--- field is the owner's) is deleted and the channel is told. A refused
+-- owner is this one) is deleted and, when its ':wait' field says a waiter
+-- listens (shared_acquire.lua), the channel is told. Nobody listens
+-- otherwise: a waiter's attempts after it subscribed set ':wait' when
+-- refused, and an unlock before such an attempt leaves the lock free for
+-- it. A refused
 -- PUBLISH (an ACL without channel rights) does not turn the release into an
 -- error: the lock is free, and waiters wake at their lease bound.
 --
@@ -35,9 +40,11 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done = leave_level(1, 4, 3, 5, ARGV[7] == '1')
+local done, listened = leave_level(1, 4, 3, 5, ARGV[7] == '1')
 if done then
   return done
 end
-redis.pcall(publish, KEYS[2], ARGV[4])
+if listened then
+  redis.pcall(publish, KEYS[2], ARGV[4])
+end
 return 0

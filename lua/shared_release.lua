@@ -8,11 +8,15 @@
 --                          Returns the script's reply when that is all (a
 --                          replay's recorded reply from KEYS[r], -1 when
 --                          the hold is not this one, n > 0 levels left, a
---                          refusal), or nil when the last level went: the
---                          hash (whose only field was the owner's) is
---                          deleted, the release recorded when no token
+--                          refusal), or nil and a flag when the last level
+--                          went: the hash (whose only owner was this one)
+--                          is deleted, the release recorded when no token
 --                          tells later holds apart, and the caller wakes
---                          the waiters. ARGV[2] is the lease to re-apply
+--                          the waiters. The flag says whether a listening
+--                          waiter was refused during the hold (the hash's
+--                          ':wait', see shared_acquire.lua); the hold's
+--                          token is its ':token' (the counter's value for
+--                          a hold without one). ARGV[2] is the lease to re-apply
 --                          while levels remain (0: leave it), ARGV[3] the
 --                          record's lifetime in ms. `fresh`: the request
 --                          was never sent before, so its record is not read.
@@ -24,15 +28,19 @@ local function leave_level(h, c, r, t, fresh)
       return tonumber(rec)
     end
   end
-  local count = redis.pcall('HGET', KEYS[h], ARGV[1])
-  if type(count) == 'table' then
-    return refused(count, h)
+  local got = redis.pcall('HMGET', KEYS[h], ARGV[1], ':token', ':wait')
+  if got.err then
+    return refused(got, h)
   end
+  local count = got[1]
   if not count then
     return -1
   end
   if ARGV[t] ~= '' then
-    local token = redis.pcall('GET', KEYS[c])
+    local token = got[2]
+    if not token then
+      token = redis.pcall('GET', KEYS[c])
+    end
     if type(token) == 'table' or tonumber(token or '0') ~= tonumber(ARGV[t]) then
       return -1
     end
@@ -50,5 +58,5 @@ local function leave_level(h, c, r, t, fresh)
   if ARGV[t] == '' then
     redis.call('SET', KEYS[r], 0, 'PX', ARGV[3])
   end
-  return nil
+  return nil, got[3] ~= false
 end

@@ -5,7 +5,8 @@
 -- KEYS[3]  the fair lock's waiter queue (absent for a non-fair lock)
 --
 -- Returns {holders, pttl, token, queue}: holders is the flat HGETALL of the
--- lock (owner field, count, ...), pttl its PTTL (-2 free, -1 no TTL), token
+-- lock (owner field, count, ..., and the hold's own fields, whose names
+-- start with ':', see shared_acquire.lua), pttl its PTTL (-2 free, -1 no TTL), token
 -- the last fencing token handed out (false when none), queue the waiting
 -- owner fields, head first.
 --   error "WRONGTYPE <type>" when KEYS[1] is not a hash.

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::owner::OwnerPin;
-use crate::protocol::FREE_BUT_QUEUED;
+use crate::protocol::{Waiting, FREE_BUT_QUEUED};
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
@@ -177,13 +177,17 @@ impl Policy for FairWait<'_> {
 
     fn request(&self) -> Request<'_> {
         Request {
-            enqueue: self.will_wait,
+            waiting: if self.will_wait {
+                Waiting::Listening
+            } else {
+                Waiting::No
+            },
             grant_to: self.request.as_deref().zip(self.wake.as_ref().map(|w| w.name.as_str())),
         }
     }
 
     /// Each attempt (re-)joins the queue, so leaving is owed again.
-    fn turn(&mut self) {
+    fn turn(&mut self, _interest: &Interest) {
         self.queued.armed = true;
     }
 

@@ -433,7 +433,7 @@ impl Lock {
             keys: &self.keys,
         };
         match self.keys.kind {
-            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, Reentrant).await,
+            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await,
             Kind::Fair => {
                 let will_wait = wait != Some(Duration::ZERO);
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 
 pub(crate) use crate::protocol::{ms, AcquireReply, ReleaseReply};
-use crate::protocol::{Call, Env, Script, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
+use crate::protocol::{Call, Env, Script, Waiting, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
 
 #[derive(Clone)]
 pub(crate) struct Node {
@@ -326,7 +326,7 @@ impl Node {
         owner: &str,
         lease: Duration,
         request: &str,
-        enqueue: bool,
+        waiting: Waiting,
         grant: Option<&str>,
         resent: bool,
     ) -> Result<AcquireReply> {
@@ -338,7 +338,7 @@ impl Node {
                 owner,
                 lease,
                 request,
-                enqueue,
+                waiting,
                 grant,
                 resent,
             },
@@ -426,13 +426,15 @@ impl Node {
     }
 
     /// Raises the lock's fencing counter to `token` if it is lower (the
-    /// quorum's write-back). Returns the counter afterwards.
-    pub(crate) async fn raise_token(&self, keys: &LockKeys, token: u64) -> Result<u64> {
+    /// quorum's write-back), and the token of `owner`'s hold with to it
+    /// when that hold, which got `held` here, is still the lock's. Returns
+    /// the counter afterwards.
+    pub(crate) async fn raise_token(&self, keys: &LockKeys, owner: &str, held: u64, token: u64) -> Result<u64> {
         let reply: i64 = self
             .run(
                 &RAISE_TOKEN,
-                &[&keys.token],
-                vec![(token as i64).into()],
+                &[&keys.token, &keys.lock],
+                vec![(token as i64).into(), owner.into(), (held as i64).into()],
                 self.command_timeout,
             )
             .await?;

@@ -409,6 +409,11 @@ impl Interest {
         self.chan.payload.lock().take()
     }
 
+    /// Whether other waits of this client listen on the channel too.
+    pub(crate) fn shared(&self) -> bool {
+        self.ps.channels.lock().get(&self.name).is_some_and(|e| e.refs > 1)
+    }
+
     /// A wake-up for the next message; call `enable()` on it before the
     /// attempt it guards.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {

@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::protocol::Waiting;
 use crate::runtime::{Backoff, Spawner};
 
 /// The pauses between re-sends of a request whose outcome is unknown.
@@ -44,7 +45,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         owner: &str,
         lease: Duration,
         request: &str,
-        enqueue: bool,
+        waiting: Waiting,
         grant: Option<&str>,
         resent: bool,
     ) -> impl Future<Output = Result<AcquireReply>> + Send;
@@ -60,7 +61,15 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         resent: bool,
     ) -> impl Future<Output = Result<ReleaseReply>> + Send;
 
-    fn raise_token(&self, keys: &LockKeys, token: u64) -> impl Future<Output = Result<u64>> + Send;
+    /// Raises the lock's counter to `token` (the quorum's), and the hold
+    /// of `owner` that got `held` there to it as well.
+    fn raise_token(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        held: u64,
+        token: u64,
+    ) -> impl Future<Output = Result<u64>> + Send;
 
     /// Whether this master may count toward a majority now (false while a
     /// restarted master waits out its delayed rejoin).
@@ -104,7 +113,7 @@ pub(crate) struct Ask<'a> {
     pub owner: &'a Arc<str>,
     pub lease: Duration,
     pub request: &'a str,
-    pub enqueue: bool,
+    pub waiting: Waiting,
     /// A queued fair waiter may be granted the lock directly by an unlock
     /// (one master only: `request` is then the whole wait's id); its wake id.
     pub grant: Option<&'a str>,
@@ -138,7 +147,10 @@ impl<M: NodeOps> Drop for Pending<M> {
             let give_up = Instant::now() + lease;
             let mut pause = RESEND;
             loop {
-                match member.acquire(&keys, &owner, lease, &request, false, None, true).await {
+                match member
+                    .acquire(&keys, &owner, lease, &request, Waiting::No, None, true)
+                    .await
+                {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
@@ -440,7 +452,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
                     ask.owner,
                     ask.lease,
                     ask.request,
-                    ask.enqueue,
+                    ask.waiting,
                     ask.grant,
                     false,
                 )
@@ -497,7 +509,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         let reentered = counts.iter().filter(|(_, c)| *c > 1).count() >= need;
         let (token, node_tokens) = match (&ask.known, reentered) {
             (Some((token, tokens)), true) => (*token, tokens.clone()),
-            _ => match write_back(members, ask.keys, &mut partial, need).await {
+            _ => match write_back(members, ask.keys, ask.owner, &mut partial, need).await {
                 Some(token) => (token, partial.tokens.clone()),
                 None => {
                     partial.undo().await;
@@ -591,6 +603,7 @@ impl<M: NodeOps> Tally<M> {
 async fn write_back<M: NodeOps>(
     members: &[Arc<M>],
     keys: &LockKeys,
+    owner: &str,
     partial: &mut Partial<M>,
     need: usize,
 ) -> Option<u64> {
@@ -601,7 +614,8 @@ async fn write_back<M: NodeOps>(
     if !lagging.is_empty() {
         let raised = futures::future::join_all(lagging.iter().map(|i| {
             let m = members[*i].clone();
-            async move { (*i, m.raise_token(keys, token).await) }
+            let held = partial.tokens[*i].unwrap_or_default();
+            async move { (*i, m.raise_token(keys, owner, held, token).await) }
         }))
         .await;
         for (i, r) in raised {
@@ -892,13 +906,13 @@ impl NodeOps for Member {
         owner: &str,
         lease: Duration,
         request: &str,
-        enqueue: bool,
+        waiting: Waiting,
         grant: Option<&str>,
         resent: bool,
     ) -> Result<AcquireReply> {
         let r = self.note(
             self.node
-                .acquire(keys, owner, lease, request, enqueue, grant, resent)
+                .acquire(keys, owner, lease, request, waiting, grant, resent)
                 .await,
         );
         if r.is_ok() && self.reconnected() {
@@ -924,8 +938,8 @@ impl NodeOps for Member {
         self.note(self.node.release(keys, owner, token, relet, request, resent).await)
     }
 
-    async fn raise_token(&self, keys: &LockKeys, token: u64) -> Result<u64> {
-        self.note(self.node.raise_token(keys, token).await)
+    async fn raise_token(&self, keys: &LockKeys, owner: &str, held: u64, token: u64) -> Result<u64> {
+        self.note(self.node.raise_token(keys, owner, held, token).await)
     }
 
     fn spawner(&self) -> &Spawner {
@@ -1015,7 +1029,7 @@ mod tests {
             owner: &str,
             _: Duration,
             request: &str,
-            _: bool,
+            _: Waiting,
             _: Option<&str>,
             _: bool,
         ) -> Result<AcquireReply> {
@@ -1082,7 +1096,7 @@ mod tests {
             Ok(reply)
         }
 
-        async fn raise_token(&self, _: &LockKeys, token: u64) -> Result<u64> {
+        async fn raise_token(&self, _: &LockKeys, _: &str, _: u64, token: u64) -> Result<u64> {
             if self.down {
                 return Err(unreachable());
             }
@@ -1138,7 +1152,7 @@ mod tests {
                     owner: &me,
                     lease: Duration::from_secs(10),
                     request: &request,
-                    enqueue: false,
+                    waiting: Waiting::No,
                     grant: None,
                     known: None,
                 };

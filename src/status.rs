@@ -48,8 +48,11 @@ impl LockStatus {
             }
         };
         let flat = strings(holders);
+        // Fields starting with ':' are the hold's own (its token, its
+        // take's record, the waiters' mark), never an owner.
         let holders = flat
             .chunks(2)
+            .filter(|p| !p[0].starts_with(':'))
             .filter_map(|p| Some((p[0].clone(), p.get(1)?.parse().ok()?)))
             .collect::<Vec<_>>();
         let pttl = pttl.as_i64().unwrap_or(-2);

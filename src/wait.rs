@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::owner::OwnerPin;
+use crate::protocol::Waiting;
 use crate::pubsub::Interest;
 use crate::quorum::{Ask, Attempt, Grant};
 use crate::runtime::Backoff;
@@ -41,8 +42,9 @@ impl<'a> Target<'a> {
 /// What a kind adds to each acquire request of a wait.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Request<'a> {
-    /// Join (or refresh a place in) the lock's queue.
-    pub(crate) enqueue: bool,
+    /// The wait goes on if this attempt is refused: join (or refresh a
+    /// place in) the lock's queue, or have the unlock publish.
+    pub(crate) waiting: Waiting,
     /// Ask for direct grants: the wait's request id, and its wake id.
     pub(crate) grant_to: Option<(&'a str, &'a str)>,
 }
@@ -68,8 +70,9 @@ pub(crate) trait Policy: Send {
         Request::default()
     }
 
-    /// Each turn of the loop starts here, before its attempt.
-    fn turn(&mut self) {}
+    /// Each turn of the loop starts here, before its attempt; the wait
+    /// listens on `interest`.
+    fn turn(&mut self, _interest: &Interest) {}
 
     /// On the first turn only: whether the first attempt's answer still
     /// stands, so the turn makes no attempt. `listened_early`: the wait
@@ -117,10 +120,34 @@ pub(crate) trait Policy: Send {
     }
 }
 
-/// The reentrant lock's policy: every default.
-pub(crate) struct Reentrant;
+/// The reentrant lock's policy: every default, but that the attempts made
+/// while listening on the lock's channel say so, so that the unlock
+/// publishes (an unlock publishes only when a listening waiter was
+/// refused; the first attempt, made before subscribing, is not one).
+#[derive(Default)]
+pub(crate) struct Reentrant {
+    listening: bool,
+    shared: bool,
+}
 
-impl Policy for Reentrant {}
+impl Policy for Reentrant {
+    fn request(&self) -> Request<'_> {
+        let waiting = match (self.listening, self.shared) {
+            (false, _) => Waiting::No,
+            (true, false) => Waiting::Listening,
+            (true, true) => Waiting::WithOthers,
+        };
+        Request {
+            waiting,
+            grant_to: None,
+        }
+    }
+
+    fn turn(&mut self, interest: &Interest) {
+        self.listening = true;
+        self.shared = interest.shared();
+    }
+}
 
 /// Waits for the lock until `deadline` (`None`: without end), shaped by
 /// `policy`. Returns the guard, `None` when the deadline passed with the
@@ -194,7 +221,7 @@ pub(crate) async fn wait<P: Policy>(
         let notified = interest.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        policy.turn();
+        policy.turn(&interest);
         let unchanged = if first {
             policy.first_answer_stands(t, listened_early).await
         } else {
@@ -304,12 +331,12 @@ async fn attempt<P: Policy>(
             owner: &pin.owner.field,
             lease: lease_d,
             request: &request,
-            enqueue: req.enqueue,
+            waiting: req.waiting,
             grant: req.grant_to.map(|(_, w)| w),
             known,
         };
         let reply = crate::quorum::acquire(&t.core.members, &ask).await;
-        tracing::trace!(enqueue = req.enqueue, reply = ?reply, "attempt");
+        tracing::trace!(waiting = ?req.waiting, reply = ?reply, "attempt");
         reply
     };
     Ok(match reply? {

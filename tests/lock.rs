@@ -39,11 +39,25 @@ async fn lock_and_unlock(kind: Kind) {
         let guard = lock.lock().await.unwrap();
         assert!(lock.is_locked().await.unwrap());
         assert!(lock.is_held_by_current_task().await.unwrap());
-        let owners = server.cmd(&["HGETALL", "plain"]).strings();
         assert_eq!(
-            owners,
-            vec![format!("{}:1", c.id()), "1".to_string()],
+            server.owners("plain"),
+            vec![(format!("{}:1", c.id()), "1".to_string())],
             "field <client-uuid>:<task-id> -> count"
+        );
+        // The hold's own fields: its token, and the record of the take.
+        assert_eq!(
+            server.cmd(&["HGET", "plain", ":token"]).as_str(),
+            Some(guard.token().to_string().as_str())
+        );
+        let take = server.cmd(&["HGET", "plain", ":take"]);
+        assert!(
+            take.as_str().is_some_and(|t| t.starts_with("lockwarden:{plain}:req:")),
+            "{take:?}"
+        );
+        assert_eq!(
+            server.cmd(&["HLEN", "plain"]).as_int(),
+            Some(3),
+            "nobody waits: no ':wait'"
         );
         let pttl = server.cmd(&["PTTL", "plain"]).as_int().unwrap();
         assert!(pttl > 29_000 && pttl <= 30_000, "watchdog lease applied: {pttl}");
@@ -740,9 +754,123 @@ async fn replay_records_keep_large_fencing_tokens_exact(kind: Kind) {
             .filter_map(|k| server.cmd(&["GET", k]).as_str().map(str::to_string))
             .collect();
         records.sort();
-        assert_eq!(records, ["1000000000000001:1", "1000000000000001:2"]);
+        // The fresh take keeps its token in the hold; the re-entry has a record.
+        assert_eq!(records, ["1000000000000001:2"]);
+        assert_eq!(
+            server.cmd(&["HGET", "big", ":token"]).as_str(),
+            Some("1000000000000001")
+        );
         inner.unlock().await.unwrap();
         g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// An unlock publishes only when a waiter listens: nobody waited, nothing
+/// is published; a waiter that subscribed and was refused marks the hold,
+/// and its unlock wakes it long before the holder's 30 s lease would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_publishes_only_when_a_waiter_listens() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let lock = c.lock("quiet").unwrap();
+        // (Counted after both clients started: each checks its right to
+        // publish once when it connects.)
+        let published = server.command_calls("publish");
+        for _ in 0..3 {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }
+        // A try without a wait is refused and leaves no mark either.
+        let g = lock.lock().await.unwrap();
+        assert!(other
+            .lock("quiet")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(server.cmd(&["HEXISTS", "quiet", ":wait"]).as_int(), Some(0));
+        g.unlock().await.unwrap();
+        assert_eq!(server.command_calls("publish"), published, "nobody listened");
+
+        let g = lock.lock().await.unwrap();
+        let waiter = {
+            let l = other.lock("quiet").unwrap();
+            tokio::spawn(async move {
+                let g = l.lock().await.unwrap();
+                let t = Instant::now();
+                g.unlock().await.unwrap();
+                t
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .cmd(&["HEXISTS", "quiet", ":wait"])
+                .as_int()
+                == Some(1))
+            .await,
+            "the listening waiter's refusal marks the hold"
+        );
+        let unlocked = Instant::now();
+        g.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the unlock, not by the lease")
+            .unwrap();
+        assert!(got >= unlocked);
+        // The holder's unlock; not the waiter's own (nobody else waited).
+        assert_eq!(server.command_calls("publish"), published + 1, "one unlock message");
+    })
+    .await
+}
+
+/// Waiters of several clients all get the lock in turn by unlock messages
+/// (each client wakes one of its waiters per message; whoever takes the
+/// lock after waiting marks the new hold, so its unlock publishes too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_of_several_clients_are_all_woken_by_unlocks() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder_client = client(&server.url(), LONG).await;
+        let holder = holder_client.lock("chain").unwrap().lock().await.unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(client(&server.url(), LONG).await);
+        }
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for c in &clients {
+            for _ in 0..3 {
+                let (l, done) = (c.lock("chain").unwrap(), done.clone());
+                tasks.push(tokio::spawn(async move {
+                    let g = l.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    g.unlock().await.unwrap();
+                    done.fetch_add(1, Ordering::SeqCst);
+                }));
+            }
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || clients
+                .iter()
+                .all(|c| c.waiting_channels() == 1))
+            .await,
+            "every client listens"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        holder.unlock().await.unwrap();
+        // Nine holds one after the other, each woken by the previous unlock:
+        // well within the 30 s lease that a missed wake-up would cost.
+        assert!(
+            eventually(Duration::from_secs(10), || done.load(Ordering::SeqCst) == 9).await,
+            "{} of 9 waiters got the lock",
+            done.load(Ordering::SeqCst)
+        );
+        for t in tasks {
+            t.await.unwrap();
+        }
     })
     .await
 }

@@ -109,9 +109,11 @@ async fn a_full_server_refuses_with_out_of_memory_and_nothing_changes(kind: Kind
         let e = lock.try_lock(Duration::ZERO, LONG).await.unwrap_err();
         assert!(is_kind(&e, RedisErrorKind::OutOfMemory), "{e}");
         assert!(e.is_retryable());
-        // Waiting behind the holder writes nothing for the reentrant lock;
-        // the fair waiter's place in the queue is refused, retried until
-        // the wait ends, and the last refusal returned.
+        // Waiting behind the holder writes nothing for the reentrant lock
+        // (its waiter's mark on the hold is refused, which only leaves it
+        // to wake at the lease's end); the fair waiter's place in the
+        // queue is refused, retried until the wait ends, and the last
+        // refusal returned.
         let waiter = kind.of(&c, "held-full");
         let r = waiter.try_lock(Duration::from_millis(300), LONG).await;
         match kind {

@@ -15,12 +15,12 @@ static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", lua!
 pub(super) struct Fair;
 
 impl Protocol for Fair {
-    /// Joins the queue with `enqueue` ("wait"; "try" only looks); with
+    /// Joins the queue when `waiting` ("wait"; "try" only looks); with
     /// `grant`, also leaves an ask so an unlock may hand the lock straight
     /// to this waiter (its request record then holds the grant).
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         let ask = match a.grant {
-            Some(wake) if a.enqueue => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
+            Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
             _ => String::new(),
         };
         Call {
@@ -31,7 +31,7 @@ impl Protocol for Fair {
                 ms(a.lease).into(),
                 ms(env.waiter_timeout).into(),
                 ms(env.record_ttl).into(),
-                if a.enqueue { "wait" } else { "try" }.into(),
+                if a.waiting.waits() { "wait" } else { "try" }.into(),
                 keys.wake_prefix.as_str().into(),
                 env.publish.into(),
                 ask.into(),

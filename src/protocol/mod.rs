@@ -90,15 +90,37 @@ fn first_send_flag(first: bool) -> Value {
     if first { "1" } else { "0" }.into()
 }
 
+/// What the caller of an acquire attempt does if it is refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Nothing: it was only trying.
+    #[default]
+    No,
+    /// It waits on, listening for the unlock.
+    Listening,
+    /// It waits on, and other waits of its client listen on the same
+    /// channel (the client wakes one of them per message).
+    WithOthers,
+}
+
+impl Waiting {
+    pub(crate) fn waits(self) -> bool {
+        self != Waiting::No
+    }
+}
+
 /// One acquire attempt for `owner` with a lease of `lease`. `request`
-/// names the logical attempt (its replay record). A kind with a queue
-/// joins it (or refreshes its place) with `enqueue`, and `grant` (the
-/// waiter's wake id) asks for direct grants.
+/// names the logical attempt (its replay record). `waiting`: when the
+/// caller waits for the lock if this attempt is refused, the refusal leaves
+/// a mark: a place in the queue (fair lock), or the hold's note that the
+/// unlock must publish (reentrant lock; with other waits of the client, a
+/// hold the attempt takes is noted too). `grant` (the waiter's wake id)
+/// asks for direct grants.
 pub(crate) struct Acquire<'a> {
     pub(crate) owner: &'a str,
     pub(crate) lease: Duration,
     pub(crate) request: &'a str,
-    pub(crate) enqueue: bool,
+    pub(crate) waiting: Waiting,
     pub(crate) grant: Option<&'a str>,
     /// `request` was sent before (its outcome unknown): its record may
     /// exist. A request sent for the first time has none, and the script

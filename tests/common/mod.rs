@@ -235,6 +235,16 @@ impl RedisServer {
         self.cmd(&["KEYS", pattern]).strings()
     }
 
+    /// The owner fields of the lock hash `key` and their counts (the
+    /// hash's own fields, named with a leading ':', left out).
+    pub fn owners(&self, key: &str) -> Vec<(String, String)> {
+        let flat = self.cmd(&["HGETALL", key]).strings();
+        flat.chunks(2)
+            .filter(|p| !p[0].starts_with(':'))
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect()
+    }
+
     /// A field of `INFO` (e.g. `total_commands_processed`).
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
         let info = self.cmd(&["INFO", section]);
