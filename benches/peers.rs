@@ -9,6 +9,12 @@
 //!   script, sent through fred: the cheapest thing that takes and gives back
 //!   an expiring lock (no reentrancy, no replay safety, no fencing, no
 //!   waiting).
+//! - `kept floor`: the same work as lockwarden's scripts on an uncontended
+//!   lock (hash with the owner's count, fencing `INCR`, the take's record in
+//!   the hold, the lease; a release that checks owner and token, deletes,
+//!   and publishes only for a waiter), written as two bare scripts and sent
+//!   through fred without any client logic: the cheapest thing that keeps
+//!   the guarantees, sent the same way.
 //!
 //! Workloads: W1 (one task, one key), W2 (32 tasks on distinct keys, one
 //! client), W4 (W1 over five independent masters). Each row runs for
@@ -33,6 +39,17 @@ use common::RedisServer;
 
 const COMPARE_AND_DELETE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/// The kept floor's scripts (see the header): the 8 Redis commands of an
+/// uncontended lockwarden lock + unlock, and nothing else.
+const KEPT_TAKE: &str = "if redis.call('PTTL', KEYS[1]) ~= -2 then return 0 end \
+    local t = redis.call('INCR', KEYS[2]) \
+    redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', KEYS[3]) \
+    redis.call('PEXPIRE', KEYS[1], ARGV[2]) return t";
+const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token', ':wait') \
+    if not h[1] or h[2] ~= ARGV[2] then return -1 end \
+    redis.call('DEL', KEYS[1]) \
+    if h[3] then redis.call('PUBLISH', KEYS[2], '0') end return 0";
 
 /// What one row measured.
 #[derive(Default, Clone)]
@@ -153,6 +170,30 @@ async fn floor_pair(clients: &[fred::clients::Client], sha: &str, key: &str, tok
     futures::future::join_all(dels).await;
 }
 
+/// One kept-floor pair on every master given: the take script everywhere,
+/// then the release script everywhere.
+async fn kept_floor_pair(clients: &[fred::clients::Client], shas: &(String, String), key: &str) {
+    let keys = || {
+        vec![
+            key.to_string(),
+            format!("{key}:token"),
+            format!("{key}:req:0123456789abcdef"),
+        ]
+    };
+    let takes = clients.iter().map(|c| async move {
+        let t: i64 = c.evalsha(&shas.0, keys(), vec!["owner-uuid:1", "30000"]).await.unwrap();
+        assert!(t > 0, "the kept floor's key was free");
+        t
+    });
+    let tokens = futures::future::join_all(takes).await;
+    let releases = clients.iter().zip(tokens).map(|(c, t)| async move {
+        let keys = vec![key.to_string(), format!("{key}:channel")];
+        let n: i64 = c.evalsha(&shas.1, keys, vec!["owner-uuid:1".to_string(), t.to_string()]).await.unwrap();
+        assert_eq!(n, 0);
+    });
+    futures::future::join_all(releases).await;
+}
+
 async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)> {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -170,14 +211,17 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
     }
     let fl5 = Arc::new(fl5);
     let mut sha = String::new();
+    let mut kept = (String::new(), String::new());
     for c in fl5.iter() {
         sha = c.script_load(COMPARE_AND_DELETE).await.unwrap();
+        kept = (c.script_load(KEPT_TAKE).await.unwrap(), c.script_load(KEPT_RELEASE).await.unwrap());
     }
+    let kept = Arc::new(kept);
 
     let mut out = Vec::new();
     for (workload, tasks, five) in [("W1", 1usize, false), ("W2", 32, false), ("W4", 1, true)] {
         let used: Vec<&RedisServer> = if five { all.clone() } else { one.iter().collect() };
-        let mut rows: [Row; 3] = Default::default();
+        let mut rows: [Row; 4] = Default::default();
         for _ in 0..rounds {
             let lw = if five { lw5.clone() } else { lw1.clone() };
             let locks: Arc<Vec<lockwarden::Lock>> = Arc::new(
@@ -214,11 +258,22 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
                 })
                 .await,
             );
+            let fl = if five { fl5.clone() } else { fl1.clone() };
+            let kept = kept.clone();
+            let keys: Arc<Vec<String>> = Arc::new((0..tasks).map(|t| format!("peers:{workload}:kept:{t}")).collect());
+            rows[3].add(
+                measure(&used, tasks, secs, move |t| {
+                    let (fl, kept, keys) = (fl.clone(), kept.clone(), keys.clone());
+                    async move { kept_floor_pair(&fl, &kept, &keys[t]).await }
+                })
+                .await,
+            );
         }
-        let [a, b, c] = rows;
+        let [a, b, c, d] = rows;
         out.push((workload, "lockwarden", a));
         out.push((workload, "rslock", b));
         out.push((workload, "floor", c));
+        out.push((workload, "kept floor", d));
     }
     out
 }
