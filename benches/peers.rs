@@ -188,7 +188,10 @@ async fn kept_floor_pair(clients: &[fred::clients::Client], shas: &(String, Stri
     let tokens = futures::future::join_all(takes).await;
     let releases = clients.iter().zip(tokens).map(|(c, t)| async move {
         let keys = vec![key.to_string(), format!("{key}:channel")];
-        let n: i64 = c.evalsha(&shas.1, keys, vec!["owner-uuid:1".to_string(), t.to_string()]).await.unwrap();
+        let n: i64 = c
+            .evalsha(&shas.1, keys, vec!["owner-uuid:1".to_string(), t.to_string()])
+            .await
+            .unwrap();
         assert_eq!(n, 0);
     });
     futures::future::join_all(releases).await;
@@ -214,7 +217,10 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
     let mut kept = (String::new(), String::new());
     for c in fl5.iter() {
         sha = c.script_load(COMPARE_AND_DELETE).await.unwrap();
-        kept = (c.script_load(KEPT_TAKE).await.unwrap(), c.script_load(KEPT_RELEASE).await.unwrap());
+        kept = (
+            c.script_load(KEPT_TAKE).await.unwrap(),
+            c.script_load(KEPT_RELEASE).await.unwrap(),
+        );
     }
     let kept = Arc::new(kept);
 

@@ -9,15 +9,34 @@
 --
 -- Side effects: PEXPIRE (never shortening) only where the owner's field exists; a lost lock is
 -- never re-created and a key of another type is never touched (it reports 0).
+-- A hold with a lease of its own (a read-write lock's reader: the field
+-- ':' .. owner field holds its deadline in server ms, see shared_rw.lua)
+-- also gets its deadline moved to now + lease; one whose deadline passed
+-- is gone: its fields are removed and it reports 0.
 
 local out = {}
+local now
 for i = 1, #KEYS do
-  local ok = redis.pcall('HEXISTS', KEYS[i], ARGV[i + 1])
-  if ok == 1 then
+  local field = ARGV[i + 1]
+  local got = redis.pcall('HMGET', KEYS[i], field, ':' .. field)
+  if got.err or not got[1] then
+    out[i] = 0
+  elseif got[2] then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    if tonumber(got[2]) <= now then
+      redis.call('HDEL', KEYS[i], field, ':' .. field)
+      out[i] = 0
+    else
+      redis.call('HSET', KEYS[i], ':' .. field, string.format('%d', now + tonumber(ARGV[1])))
+      redis.call('PEXPIRE', KEYS[i], ARGV[1], 'GT')
+      out[i] = 1
+    end
+  else
     redis.call('PEXPIRE', KEYS[i], ARGV[1], 'GT')
     out[i] = 1
-  else
-    out[i] = 0
   end
 end
 return out

@@ -768,6 +768,21 @@ impl Client {
         Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
     }
 
+    /// A handle on the read-write lock `name`: many readers or one writer
+    /// (see [`RwLock`](crate::RwLock) for the rules). Its
+    /// [`read`](crate::RwLock::read) and [`write`](crate::RwLock::write)
+    /// sides are [`Lock`] handles with the usual verbs and guards. Use one
+    /// kind per name: a plain lock and a read-write lock of one name do not
+    /// exclude each other reliably. Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`].
+    pub fn rw_lock(&self, name: &str) -> Result<crate::rw_lock::RwLock> {
+        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        Ok(crate::rw_lock::RwLock::new(self.inner.clone(), keys))
+    }
+
     /// Snapshots of every lock under this client's key prefix whose name
     /// matches the Redis-style glob `pattern` (`*`, `?`), found through their
     /// fencing-token keys (every lock ever taken has one). `SCAN` runs on the

@@ -18,6 +18,15 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// The write side of a read-write lock was asked for by an owner that
+    /// holds its read side (and not its write side): the write lock waits
+    /// for every reader to leave, this owner included, so it would wait
+    /// forever. Release the read holds first. Nothing was changed in Redis.
+    #[error("the write lock of {key:?} was asked for by an owner holding its read lock: it would wait for itself")]
+    WouldDeadlock {
+        /// The lock's key.
+        key: String,
+    },
     /// The key at the lock's name (or one of its companion keys) holds a value
     /// of another type; it was left untouched.
     #[error("key {key:?} holds a value that is not a lockwarden lock ({found}); it was left untouched")]
@@ -183,6 +192,9 @@ impl Error {
     /// on the first key.
     pub(crate) fn from_script(op: &'static str, keys: &[&str], timeout: Duration, e: fred::error::Error) -> Error {
         let first = keys.first().copied().unwrap_or("");
+        if e.details().starts_with("DEADLOCK") {
+            return Error::WouldDeadlock { key: first.to_string() };
+        }
         if let Some(rest) = e.details().strip_prefix("WRONGTYPE ") {
             let mut words = rest.split_whitespace();
             if let (Some(found), Some(i), None) = (words.next(), words.next(), words.next()) {

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
 use crate::owner::OwnerPin;
 use crate::protocol::{Waiting, FREE_BUT_QUEUED};
 use crate::pubsub::Interest;
@@ -294,7 +293,7 @@ impl QueueExit<'_> {
         if !self.armed {
             return;
         }
-        if leave_all(self.t.core, self.t.keys, self.owner, self.request.as_deref())
+        if crate::wait::leave_all(self.t.core, self.t.keys, self.owner, self.request.as_deref())
             .await
             .is_ok()
         {
@@ -318,7 +317,7 @@ impl Drop for QueueExit<'_> {
         spawner.spawn(async move {
             let give_up = Instant::now() + core.first().waiter_timeout;
             let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-            while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref()).await {
+            while let Err(e) = crate::wait::leave_all(&core, &keys, &owner, request.as_deref()).await {
                 if Instant::now() + pause.peek() >= give_up {
                     // The waiter timeout evicts it anyway.
                     tracing::debug!(lock = %keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
@@ -328,12 +327,4 @@ impl Drop for QueueExit<'_> {
             }
         });
     }
-}
-
-/// Leaves the queue on every master; fine when a majority confirmed.
-/// `request`: the wait's id, when it asked for direct grants.
-pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
-    crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
-        .await
-        .map(|_| ())
 }

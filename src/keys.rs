@@ -65,6 +65,10 @@ pub(crate) enum Kind {
     Reentrant,
     /// Waiters are served in the order they asked (a queue).
     Fair,
+    /// The read side of a read-write lock: shared with other readers.
+    Read,
+    /// The write side of a read-write lock: exclusive.
+    Write,
 }
 
 impl Kind {
@@ -73,9 +77,26 @@ impl Kind {
         match self {
             Kind::Reentrant => "reentrant",
             Kind::Fair => "fair",
+            Kind::Read => "read",
+            Kind::Write => "write",
+        }
+    }
+
+    /// The field `owner` (an owner field, `<client-uuid>:<owner-id>`, or a
+    /// reader's field) writes in a lock of this kind: a reader's is the
+    /// owner field followed by `:r`, so one owner's read and write holds of
+    /// one lock are two fields (and two holds).
+    pub(crate) fn field(self, owner: &str) -> std::borrow::Cow<'_, str> {
+        let base = owner.strip_suffix(READ_SUFFIX).unwrap_or(owner);
+        match self {
+            Kind::Read => format!("{base}{READ_SUFFIX}").into(),
+            _ => base.into(),
         }
     }
 }
+
+/// What a reader's field adds to its owner field.
+pub(crate) const READ_SUFFIX: &str = ":r";
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<LockKeys> {

@@ -120,6 +120,8 @@ mod protocol;
 mod pubsub;
 mod quorum;
 mod runtime;
+mod rw;
+mod rw_lock;
 mod sentinel;
 mod settings;
 mod status;
@@ -138,6 +140,7 @@ pub use guard::LockGuard;
 pub use keys::{MAX_NAME_LEN, NAMESPACE};
 pub use lock::Lock;
 pub use owner::Owner;
+pub use rw_lock::RwLock;
 pub use settings::Lease;
 pub use settings::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_NODE_TIMEOUT,

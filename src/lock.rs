@@ -10,6 +10,7 @@ use crate::guard::LockGuard;
 use crate::keys::{Kind, LockKeys};
 use crate::owner::{Owner, OwnerPin, Owners};
 use crate::quorum::Released;
+use crate::rw::WriteWait;
 use crate::settings::{check_lease, check_wait, Lease};
 use crate::wait::{Reentrant, Target};
 
@@ -362,13 +363,34 @@ impl Lock {
     }
 
     fn current_owner(&self) -> Option<Owner> {
-        self.owner.clone().or_else(|| self.inner.owners.peek_current())
+        let owner = self.owner.clone().or_else(|| self.inner.owners.peek_current())?;
+        Some(self.sided(owner))
     }
 
     fn pin(&self) -> OwnerPin {
-        match &self.owner {
+        let mut pin = match &self.owner {
             Some(owner) => Owners::pin_explicit(owner.clone()),
             None => self.inner.owners.pin_current(),
+        };
+        if matches!(self.keys.kind, Kind::Read | Kind::Write) {
+            pin.owner = self.sided(pin.owner.clone());
+        }
+        pin
+    }
+
+    /// `owner` as this handle's kind writes it: a read-write lock's reader
+    /// has a field of its own (see `Kind::field`).
+    fn sided(&self, owner: Owner) -> Owner {
+        if !matches!(self.keys.kind, Kind::Read | Kind::Write) {
+            return owner;
+        }
+        let field = self.keys.kind.field(&owner.field).into_owned();
+        if field == *owner.field {
+            return owner;
+        }
+        Owner {
+            id: owner.id,
+            field: field.into(),
         }
     }
 
@@ -439,6 +461,8 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
+            Kind::Read => crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await,
+            Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }
 }

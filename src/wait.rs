@@ -431,3 +431,12 @@ fn lease_bound(pttl: i64) -> Duration {
         p => Duration::from_millis(p as u64 + 1),
     }
 }
+
+/// Takes back on every master what a waiter's attempts left (see
+/// `protocol::leave`); fine when a majority confirmed. `request`: a fair
+/// wait's id, when it asked for direct grants.
+pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
+    crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
+        .await
+        .map(|_| ())
+}

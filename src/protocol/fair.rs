@@ -69,7 +69,7 @@ impl Protocol for Fair {
 /// A fair waiter leaves the queue (idempotent). `rec`: the record of the
 /// wait's request when it asked for direct grants, so a grant it never
 /// learned of is given back.
-pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
+pub(super) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
     let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
     key_list.extend(rec);
     Call {

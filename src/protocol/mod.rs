@@ -45,8 +45,20 @@ macro_rules! lua {
 
 mod fair;
 mod reentrant;
+mod rw;
 
-pub(crate) use fair::{leave, worth_an_attempt};
+pub(crate) use fair::worth_an_attempt;
+
+/// A waiter that stops waiting takes back what its attempts left: a fair
+/// waiter its place in the queue (and, with `rec`, the record of its wait's
+/// request: a grant it never learned of is given back), a writer of a
+/// read-write lock its mark. Idempotent.
+pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
+    match keys.kind {
+        Kind::Write | Kind::Read => rw::leave(keys, owner, env),
+        Kind::Fair | Kind::Reentrant => fair::leave(keys, owner, rec, env),
+    }
+}
 
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", lua!("renew.lua")));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", lua!("status.lua")));
@@ -152,13 +164,15 @@ pub(crate) fn of(kind: Kind) -> &'static dyn Protocol {
     match kind {
         Kind::Reentrant => &reentrant::Reentrant,
         Kind::Fair => &fair::Fair,
+        Kind::Read => &rw::Side { read: true },
+        Kind::Write => &rw::Side { read: false },
     }
 }
 
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN];
-    for kind in [Kind::Reentrant, Kind::Fair] {
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
         all.extend(of(kind).scripts());
     }
     all

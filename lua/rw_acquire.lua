@@ -1,0 +1,127 @@
+-- rw_acquire: take or re-enter one side of a read-write lock.
+--
+-- KEYS[1]  the lock hash (fields: see shared_rw.lua)
+-- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL)
+-- KEYS[3]  this request's replay record (lives ARGV[3] ms)
+-- ARGV[1]  the caller's field: "<client-uuid>:<owner-id>" for the write
+--          side, the same followed by ":r" for the read side
+-- ARGV[2]  lease in ms (> 0)
+-- ARGV[3]  replay-record lifetime in ms (> 0)
+-- ARGV[4]  "1" when this request was never sent before (its record cannot
+--          exist, and is not read), anything else on a re-send
+-- ARGV[5]  "0" when the caller only tries, anything else when it waits
+--          (listening on the lock's channel) if refused
+--          (a writer then leaves its mark, see shared_rw.lua)
+-- ARGV[6]  "read" or "write": the side
+-- ARGV[7]  how long a waiting writer's mark holds new readers back, in ms
+--
+-- Returns
+--   {1, token, count}  acquired at reentry depth count. A write hold's token
+--                      is a fresh next_token (count 1) or its own; a read
+--                      hold carries the counter's value, the last write
+--                      token handed out (0 when none).
+--   {0, ms}            refused: a hint of when to look again (the write
+--                      holder's remaining lease, the first reader's
+--                      deadline, or the end of a waiting writer's mark)
+--   error "DEADLOCK"   the write side asked by an owner that holds the read
+--                      side and not the write side: it would wait for itself
+--   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
+--                      server's own refusal; nothing changed
+--
+-- Rules: many readers or one writer. The writer may also read (its read
+-- holds are readers like any other). A writer refused while it waits leaves
+-- its mark ':ww:<field>' (until now + ARGV[7]), and readers not yet in are
+-- refused while a mark lasts, so a stream of readers cannot starve writers;
+-- each attempt of the waiting writer renews its mark, and taking the lock
+-- (or rw_leave.lua) removes it. Expired readers are pruned first. A refusal of a
+-- waiting caller sets ':wait'. Replays: every grant records its reply at
+-- KEYS[3], which a re-send returns.
+
+if ARGV[4] ~= '1' then
+  local rec = redis.call('GET', KEYS[3])
+  if rec then
+    local token, count = string.match(rec, '^(%d+):(%d+)$')
+    return {1, tonumber(token), tonumber(count)}
+  end
+end
+
+local now = now_ms()
+local me, lease, read = ARGV[1], tonumber(ARGV[2]), ARGV[6] == 'read'
+local waits = ARGV[5] ~= '0'
+local pttl = redis.call('PTTL', KEYS[1])
+local s, refusal
+if pttl == -2 then
+  s = {f = {}, readers = 0, ww = 0}
+else
+  s, refusal = snapshot(now)
+  if not s then return refusal end
+end
+local f, writer, readers = s.f, s.writer, s.readers
+
+local function grant(token, count)
+  redis.call('SET', KEYS[3], string.format('%d:%d', token, count), 'PX', ARGV[3])
+  return {1, token, count}
+end
+
+-- The hash's TTL covers the new lease; it is never shortened while other
+-- holds live, and a hash without holders takes the new lease as it is.
+local function cover()
+  if writer or readers > 0 then
+    redis.call('PEXPIRE', KEYS[1], lease, 'GT')
+  else
+    redis.call('PEXPIRE', KEYS[1], lease)
+  end
+end
+
+local function refuse(hint)
+  if waits and not f[':wait'] then
+    redis.pcall('HSET', KEYS[1], ':wait', '1')
+  end
+  return {0, hint}
+end
+
+if read then
+  local deadline = string.format('%d', now + lease)
+  if f[me] then
+    local count = redis.call('HINCRBY', KEYS[1], me, 1)
+    if tonumber(f[':' .. me]) < now + lease then
+      redis.call('HSET', KEYS[1], ':' .. me, deadline)
+    end
+    redis.call('PEXPIRE', KEYS[1], lease, 'GT')
+    return grant(tonumber(redis.call('GET', KEYS[2]) or '0'), count)
+  end
+  local mine = string.sub(me, 1, -3)
+  if writer and writer ~= mine then
+    return refuse(pttl)
+  end
+  if not writer and s.ww > now then
+    return refuse(s.ww - now)
+  end
+  local token = redis.pcall('GET', KEYS[2])
+  if type(token) == 'table' then return refused(token, 2) end
+  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline)
+  cover()
+  return grant(tonumber(token or '0'), 1)
+end
+
+if writer == me then
+  local count = redis.call('HINCRBY', KEYS[1], me, 1)
+  redis.call('PEXPIRE', KEYS[1], lease, 'GT')
+  return grant(tonumber(f[':token'] or '0'), count)
+end
+if f[me .. ':r'] then
+  return redis.error_reply('DEADLOCK the caller holds the read side')
+end
+if writer or readers > 0 then
+  if waits then
+    redis.call('HSET', KEYS[1], ':ww:' .. me, string.format('%d', now + tonumber(ARGV[7])))
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]), 'GT')
+  end
+  return refuse(writer and pttl or s.soonest)
+end
+local token, refusal2 = next_token(2)
+if not token then return refusal2 end
+redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token))
+redis.call('HDEL', KEYS[1], ':ww:' .. me)
+cover()
+return grant(token, 1)

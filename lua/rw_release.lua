@@ -1,0 +1,82 @@
+-- rw_release: leave one level of one side of a read-write lock.
+--
+-- KEYS[1]  the lock hash (fields: see shared_rw.lua)
+-- KEYS[2]  the lock's unlock channel
+-- KEYS[3]  this request's replay record (lives ARGV[3] ms)
+-- ARGV[1]  the caller's field (as rw_acquire.lua)
+-- ARGV[2]  lease in ms to re-apply while levels remain, 0 to leave it
+-- ARGV[3]  replay-record lifetime in ms (> 0)
+-- ARGV[4]  message to publish on KEYS[2] when waiters may go on
+-- ARGV[5]  the write hold's fencing token, or "" when unknown (ignored for
+--          the read side)
+-- ARGV[6]  "SPUBLISH" on a cluster, anything else for PUBLISH
+-- ARGV[7]  "1" when this request was never sent before, anything else on
+--          a re-send
+--
+-- Returns 0 released (this side's last level of this owner), n > 0 levels
+-- left, -1 not held by this hold (expired, never taken, or a newer write
+-- hold of the same owner, told apart by its token): nothing changed; error
+-- "WRONGTYPE <type> 1", or the server's own refusal.
+--
+-- Side effects: the last level removes the caller's field (and a reader's
+-- deadline). When no live holder is left the hash is deleted, but for the
+-- marks of waiting writers, kept until their deadlines. The channel is told
+-- (when ':wait' says someone listens) once the lock is free, or when a
+-- writer leaves and only readers are left (waiting readers may join them).
+-- Every reply is recorded at KEYS[3] but a write release that freed the
+-- lock with its token given: a later write hold has a higher token, and a
+-- replay finds no hold to touch.
+
+if ARGV[7] ~= '1' then
+  local rec = redis.call('GET', KEYS[3])
+  if rec then return tonumber(rec) end
+end
+
+local now = now_ms()
+local me = ARGV[1]
+local s, refusal = snapshot(now)
+if not s then return refusal end
+local f, writer, readers = s.f, s.writer, s.readers
+local count = f[me]
+if not count then return -1 end
+local read = is_reader(me)
+if not read and ARGV[5] ~= '' and tonumber(f[':token'] or '0') ~= tonumber(ARGV[5]) then
+  return -1
+end
+
+count = tonumber(count) - 1
+if count > 0 then
+  redis.call('HINCRBY', KEYS[1], me, -1)
+  local relet = tonumber(ARGV[2])
+  if relet > 0 then
+    if read and tonumber(f[':' .. me]) < now + relet then
+      redis.call('HSET', KEYS[1], ':' .. me, string.format('%d', now + relet))
+    end
+    redis.call('PEXPIRE', KEYS[1], relet, 'GT')
+  end
+  redis.call('SET', KEYS[3], count, 'PX', ARGV[3])
+  return count
+end
+
+local wake = false
+if read then
+  redis.call('HDEL', KEYS[1], me, ':' .. me)
+  readers = readers - 1
+else
+  redis.call('HDEL', KEYS[1], me, ':token')
+  writer = nil
+  wake = readers > 0
+end
+if not writer and readers == 0 then
+  redis.call('DEL', KEYS[1])
+  keep_marks(s, now)
+  wake = true
+end
+if wake and f[':wait'] then
+  local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
+  redis.pcall(publish, KEYS[2], ARGV[4])
+end
+if read or ARGV[5] == '' then
+  redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])
+end
+return 0

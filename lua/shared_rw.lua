@@ -1,0 +1,85 @@
+-- shared_rw: what the read-write lock's scripts share; node.rs puts it
+-- after shared.lua in front of them. KEYS[1] is the lock hash.
+--
+-- A read-write lock is one hash. Its owner fields:
+--   "<client-uuid>:<owner-id>"    the write hold's reentry count (one at most)
+--   "<client-uuid>:<owner-id>:r"  one reader's reentry count
+-- and its own fields (named with a leading ':', see shared_acquire.lua):
+--   ':token'          the write hold's fencing token
+--   ':<reader field>'  that reader's lease deadline (server ms): each read
+--                     hold has its own lease, and one whose deadline passed
+--                     is gone (pruned by the next script that looks)
+--   ':ww:<owner field>'  a writer waits, until this deadline (server ms)
+--                     unless it renews it: new readers queue behind it
+--                     (writer preference); it goes when the writer takes
+--                     the lock or gives up (rw_leave.lua)
+--   ':wait'           a listening waiter was refused: the unlock publishes
+-- The hash's own TTL is at least every live hold's lease, so it vanishes
+-- once every holder died.
+--
+-- now_ms()          the server's clock in ms
+-- snapshot(now)     the hash as seen now, as a table s: s.f (field ->
+--                   value, with expired readers and writers' marks removed
+--                   from it and from the server), s.writer (the write
+--                   holder's field, or nil), s.readers (live readers),
+--                   s.soonest (ms until the first reader's deadline, nil
+--                   without readers), s.ww (the latest deadline of a
+--                   waiting writer's mark, 0 without); or nil and the
+--                   refusal when KEYS[1] is not a hash
+-- is_reader(f)      whether the owner field f is a reader's
+-- keep_marks(s, now) re-writes the live writers' marks of s into KEYS[1]
+--                   (after a DEL), with a TTL to the latest one
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function is_reader(f)
+  return string.sub(f, -2) == ':r'
+end
+
+local function snapshot(now)
+  local all = redis.pcall('HGETALL', KEYS[1])
+  if all.err then return nil, refused(all, 1) end
+  local f = {}
+  for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+  local s = {f = f, readers = 0, ww = 0}
+  for k, v in pairs(f) do
+    if string.sub(k, 1, 4) == ':ww:' then
+      local d = tonumber(v)
+      if d <= now then
+        redis.call('HDEL', KEYS[1], k)
+        f[k] = nil
+      elseif d > s.ww then
+        s.ww = d
+      end
+    elseif string.sub(k, 1, 1) ~= ':' then
+      if is_reader(k) then
+        local d = tonumber(f[':' .. k] or '0')
+        if d <= now then
+          redis.call('HDEL', KEYS[1], k, ':' .. k)
+          f[k] = nil
+          f[':' .. k] = nil
+        else
+          s.readers = s.readers + 1
+          if not s.soonest or d - now < s.soonest then s.soonest = d - now end
+        end
+      else
+        s.writer = k
+      end
+    end
+  end
+  return s
+end
+
+local function keep_marks(s, now)
+  for k, v in pairs(s.f) do
+    if string.sub(k, 1, 4) == ':ww:' then
+      redis.call('HSET', KEYS[1], k, v)
+    end
+  end
+  if s.ww > now then
+    redis.call('PEXPIRE', KEYS[1], s.ww - now)
+  end
+end

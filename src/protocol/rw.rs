@@ -1,0 +1,69 @@
+//! The read-write lock's calls: `lua/rw_acquire.lua` and `lua/rw_release.lua`,
+//! for either side (the field says which: a reader's ends in `:r`).
+
+use std::sync::LazyLock;
+
+use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use crate::keys::LockKeys;
+
+static RW_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "rw_acquire.lua")));
+static RW_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "rw_release.lua")));
+static RW_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("leave", lua!("shared.lua", "shared_rw.lua", "rw_leave.lua")));
+
+/// One side of a read-write lock.
+pub(super) struct Side {
+    pub(super) read: bool,
+}
+
+impl Protocol for Side {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RW_ACQUIRE,
+            keys: vec![&keys.lock, &keys.token, rec],
+            args: vec![
+                a.owner.into(),
+                ms(a.lease).into(),
+                ms(env.record_ttl).into(),
+                first_send_flag(!a.resent),
+                if a.waiting.waits() { "1" } else { "0" }.into(),
+                if self.read { "read" } else { "write" }.into(),
+                ms(env.waiter_timeout).into(),
+            ],
+            first_send: Some(3),
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RW_RELEASE,
+            keys: vec![&keys.lock, &keys.channel, rec],
+            args: vec![
+                r.owner.into(),
+                ms(r.relet).into(),
+                ms(env.record_ttl).into(),
+                UNLOCK_MESSAGE.into(),
+                token_arg(r.token),
+                env.publish.into(),
+                first_send_flag(!r.resent),
+            ],
+            first_send: Some(6),
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&RW_ACQUIRE, &RW_RELEASE, &RW_LEAVE]
+    }
+}
+
+/// A waiting writer gives up: its mark goes (idempotent).
+pub(super) fn leave<'a>(keys: &'a LockKeys, owner: &str, env: &Env) -> Call<'a> {
+    Call {
+        script: &RW_LEAVE,
+        keys: vec![&keys.lock, &keys.channel],
+        args: vec![owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
+        first_send: None,
+    }
+}

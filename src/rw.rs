@@ -1,0 +1,104 @@
+//! The read-write lock's wait policy for its write side.
+//!
+//! Both sides of a read-write lock (`crate::rw_lock::RwLock`) are lock
+//! handles on one lock hash (see `lua/shared_rw.lua` for its fields); a
+//! reader's field is its owner field followed by `:r`, so an owner's read
+//! and write holds are two holds. The read side waits with the reentrant
+//! lock's policy; the write side also keeps alive, while it waits, its mark
+//! that holds new readers back.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::Core;
+use crate::keys::LockKeys;
+use crate::pubsub::Interest;
+use crate::quorum::Grant;
+use crate::runtime::Backoff;
+use crate::wait::{leave_all, Policy, Reentrant, Request, Target};
+
+/// The write side's policy: the reentrant lock's, a pause short enough
+/// that each attempt renews the writer's mark before it lapses, and the
+/// mark taken back when the wait ends without the lock (given up, failed or
+/// dropped: in the background then).
+pub(crate) struct WriteWait {
+    inner: Reentrant,
+    refresh: Duration,
+    core: Arc<Core>,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    /// An attempt may have left the mark, and nothing took it back yet.
+    armed: bool,
+}
+
+impl WriteWait {
+    pub(crate) fn new(t: Target<'_>, owner: &Arc<str>) -> WriteWait {
+        WriteWait {
+            inner: Reentrant::default(),
+            refresh: t.core.first().waiter_timeout / 3,
+            core: t.core.clone(),
+            keys: t.keys.clone(),
+            owner: owner.clone(),
+            armed: false,
+        }
+    }
+}
+
+impl WriteWait {
+    /// Takes the mark back now; on failure the drop retries in the
+    /// background.
+    async fn leave_now(&mut self) {
+        if self.armed && leave_all(&self.core, &self.keys, &self.owner, None).await.is_ok() {
+            self.armed = false;
+        }
+    }
+}
+
+impl Policy for WriteWait {
+    fn request(&self) -> Request<'_> {
+        self.inner.request()
+    }
+
+    fn turn(&mut self, interest: &Interest) {
+        self.inner.turn(interest);
+        // This turn's attempt waits, so a refusal leaves the mark.
+        self.armed = true;
+    }
+
+    fn pause(&mut self, _pttl: i64, bound: Duration) -> Duration {
+        bound.min(self.refresh)
+    }
+
+    /// Taking the lock removed the mark.
+    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
+        self.armed = false;
+    }
+
+    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
+        self.leave_now()
+    }
+}
+
+impl Drop for WriteWait {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (core, keys, owner) = (self.core.clone(), self.keys.clone(), self.owner.clone());
+        let spawner = core.spawner().clone();
+        spawner.spawn(async move {
+            // The mark lapses by itself after the waiter timeout; retrying
+            // longer would be pointless.
+            let give_up = Instant::now() + core.first().waiter_timeout;
+            let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            while let Err(e) = leave_all(&core, &keys, &owner, None).await {
+                if Instant::now() + pause.peek() >= give_up {
+                    tracing::debug!(lock = %keys.name, error = %e, "taking back a writer's mark failed; it lapses by itself");
+                    break;
+                }
+                tokio::time::sleep(pause.next()).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,63 @@
+//! The read-write lock's handle: two lock handles, one per side.
+
+use std::sync::Arc;
+
+use crate::core::Core;
+use crate::keys::{Kind, LockKeys};
+use crate::lock::Lock;
+
+/// A read-write lock: many readers or one writer, each side a [`Lock`]
+/// with the same verbs and guards as the reentrant lock. Made by
+/// [`Client::rw_lock`](crate::Client::rw_lock).
+///
+/// - Both sides are reentrant per owner. The write holder may also take the
+///   read side (and keep it after leaving the write side); a read holder
+///   asking for the write side gets [`Error::WouldDeadlock`](crate::Error::WouldDeadlock)
+///   at once instead of waiting for itself.
+/// - Each read hold has its own lease (the watchdog's, or a fixed one): a
+///   reader that dies frees its share when its lease ends, while other
+///   readers renew theirs.
+/// - Writers are not starved: a writer that waits marks the lock, and
+///   readers that do not hold it yet wait behind the mark (writer
+///   preference). The mark lasts the client's
+///   [`fair_waiter_timeout`](crate::ClientBuilder::fair_waiter_timeout)
+///   after the writer's last attempt; a waiting writer renews it every
+///   third of that.
+/// - A write hold has a fencing token, strictly increasing across write
+///   holds; a read hold's guard carries the last write token handed out
+///   (0 before the first).
+/// - Waiters wake on the lock's unlock message, bounded by the holders'
+///   leases, as for the reentrant lock.
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl RwLock {
+    pub(crate) fn new(core: Arc<Core>, keys: LockKeys) -> RwLock {
+        let mut read = keys.clone();
+        read.kind = Kind::Read;
+        let mut write = keys;
+        write.kind = Kind::Write;
+        RwLock {
+            read: Lock::new(core.clone(), Arc::new(read)),
+            write: Lock::new(core, Arc::new(write)),
+        }
+    }
+
+    /// The read side: shared with other readers, excluded by a writer.
+    pub fn read(&self) -> Lock {
+        self.read.clone()
+    }
+
+    /// The write side: exclusive.
+    pub fn write(&self) -> Lock {
+        self.write.clone()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+}

@@ -1,0 +1,476 @@
+//! The read-write lock against a real redis-server: sharing, exclusion,
+//! reentrancy and downgrade, the deadlock refusal, a dead reader's share,
+//! writer preference, fencing, wake-ups, cancellation and replays.
+#[macro_use]
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::{Error, Lease};
+
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(60);
+
+/// The owner fields of the hash that hold the read side.
+fn readers(server: &RedisServer, key: &str) -> Vec<String> {
+    let mut r: Vec<String> = server
+        .owners(key)
+        .into_iter()
+        .map(|(f, _)| f)
+        .filter(|f| f.ends_with(":r"))
+        .collect();
+    r.sort();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_writer_excludes_them() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let ra = a.rw_lock("doc").unwrap().read().lock().await.unwrap();
+        let rb = b.rw_lock("doc").unwrap().read().lock().await.unwrap();
+        assert_eq!(readers(&server, "doc").len(), 2, "two readers at once");
+        // Each reader's hold has its own lease deadline.
+        for f in readers(&server, "doc") {
+            let d = server.cmd(&["HGET", "doc", &format!(":{f}")]);
+            assert!(d.as_str().is_some(), "deadline of {f}");
+        }
+        let w = b.rw_lock("doc").unwrap().write();
+        let none = tokio::spawn(async move { w.try_lock(Duration::from_millis(200), LONG).await });
+        assert!(none.await.unwrap().unwrap().is_none(), "readers exclude a writer");
+        ra.unlock().await.unwrap();
+        rb.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["EXISTS", "doc"]).as_int(),
+            Some(0),
+            "nothing left, no mark"
+        );
+
+        let wg = a.rw_lock("doc").unwrap().write().lock().await.unwrap();
+        let r = b.rw_lock("doc").unwrap().read();
+        assert!(
+            r.try_lock(Duration::from_millis(200), LONG).await.unwrap().is_none(),
+            "a writer excludes readers"
+        );
+        let w2 = b.rw_lock("doc").unwrap().write();
+        assert!(
+            w2.try_lock(Duration::ZERO, LONG).await.unwrap().is_none(),
+            "and other writers"
+        );
+        wg.unlock().await.unwrap();
+        let rg = r.try_lock(Duration::ZERO, LONG).await.unwrap().expect("free again");
+        rg.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sides_reenter_and_the_writer_may_downgrade() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("grade").unwrap();
+        let w1 = rw.write().lock().await.unwrap();
+        let w2 = rw.write().lock().await.unwrap();
+        assert_eq!((w1.depth(), w2.depth()), (1, 2));
+        assert_eq!(w1.token(), w2.token(), "a re-entry keeps the write token");
+        // The writer reads too, and keeps reading after it stops writing.
+        let r1 = rw.read().lock().await.unwrap();
+        let r2 = rw.read().lock().await.unwrap();
+        assert_eq!((r1.depth(), r2.depth()), (1, 2));
+        assert_eq!(rw.read().hold_count().await.unwrap(), 2);
+        assert_eq!(rw.write().hold_count().await.unwrap(), 2);
+        let other_read = other.rw_lock("grade").unwrap().read();
+        assert!(other_read.try_lock(Duration::ZERO, LONG).await.unwrap().is_none());
+        w2.unlock().await.unwrap();
+        w1.unlock().await.unwrap();
+        assert_eq!(rw.write().hold_count().await.unwrap(), 0);
+        assert_eq!(rw.read().hold_count().await.unwrap(), 2, "downgraded: still reading");
+        let joined = other_read
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("another reader joins once the writer left");
+        // (Another client: this task reads through `other`, so its write
+        // would be a deadlock.)
+        let third = client(&server.url(), LONG).await;
+        let third_write = third.rw_lock("grade").unwrap().write();
+        assert!(third_write.try_lock(Duration::ZERO, LONG).await.unwrap().is_none());
+        joined.unlock().await.unwrap();
+        r2.unlock().await.unwrap();
+        r1.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "grade"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_asking_for_the_write_side_gets_an_error_at_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("upgrade").unwrap();
+        let r = rw.read().lock().await.unwrap();
+        let before = server.cmd(&["HGETALL", "upgrade"]);
+        let started = Instant::now();
+        let e = rw.write().lock().await.unwrap_err();
+        assert!(matches!(&e, Error::WouldDeadlock { key } if key == "upgrade"), "{e}");
+        assert!(!e.is_retryable());
+        let e = rw.write().try_lock(Duration::from_secs(5), LONG).await.unwrap_err();
+        assert!(matches!(e, Error::WouldDeadlock { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "no waiting");
+        assert_eq!(server.cmd(&["HGETALL", "upgrade"]), before, "nothing changed");
+        r.unlock().await.unwrap();
+        rw.write().lock().await.unwrap().unlock().await.unwrap();
+    })
+    .await
+}
+
+/// A reader that stops renewing (its process died: here a fixed lease and
+/// a guard that is never released) frees its share when its lease ends,
+/// while another reader keeps renewing its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_reader_frees_its_share_while_others_renew() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let dead = client(&server.url(), LONG).await;
+        let alive = client(&server.url(), Duration::from_millis(900)).await;
+        let writer = client(&server.url(), LONG).await;
+        let g = dead
+            .rw_lock("share")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Duration::from_millis(800))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(g);
+        let live = alive.rw_lock("share").unwrap().read().lock().await.unwrap();
+        assert_eq!(readers(&server, "share").len(), 2);
+        // The writer waits; its attempts prune the dead reader once its lease
+        // has passed, while the live one is renewed every 300 ms.
+        let w = writer.rw_lock("share").unwrap().write();
+        let waiting = tokio::spawn(async move { w.try_lock(Duration::from_secs(20), LONG).await });
+        assert!(
+            eventually(Duration::from_secs(5), || readers(&server, "share").len() == 1).await,
+            "the dead reader's share is gone: {:?}",
+            readers(&server, "share")
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            readers(&server, "share").len(),
+            1,
+            "the live reader renews its own lease"
+        );
+        assert!(!live.is_lost());
+        assert!(!waiting.is_finished(), "the live reader still excludes the writer");
+        let released = Instant::now();
+        live.unlock().await.unwrap();
+        let g = waiting.await.unwrap().unwrap().expect("the writer gets the lock");
+        assert!(released.elapsed() < Duration::from_secs(5));
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Readers that overlap without end never leave the lock free; a writer
+/// still gets it, because readers not yet in queue behind a waiting writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_of_readers_does_not_starve_a_writer() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let c = client(&server.url(), LONG).await;
+            let (stop, reads) = (stop.clone(), reads.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20 * i)).await;
+                let r = c.rw_lock("busy").unwrap().read();
+                let end = Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::SeqCst) && Instant::now() < end {
+                    if let Some(g) = r.try_lock(Duration::from_secs(10), LONG).await.unwrap() {
+                        reads.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(80)).await;
+                        g.unlock().await.unwrap();
+                    }
+                }
+            }));
+        }
+        assert!(eventually(Duration::from_secs(5), || reads.load(Ordering::SeqCst) >= 8).await);
+        let c = client(&server.url(), LONG).await;
+        let started = Instant::now();
+        let g = c
+            .rw_lock("busy")
+            .unwrap()
+            .write()
+            .try_lock(Duration::from_secs(10), LONG)
+            .await
+            .unwrap()
+            .expect("the writer is not starved");
+        let waited = started.elapsed();
+        assert!(readers(&server, "busy").is_empty(), "no reader while writing");
+        let during = reads.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(reads.load(Ordering::SeqCst), during, "readers wait for the writer");
+        g.unlock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || reads.load(Ordering::SeqCst) > during).await,
+            "readers go on after the writer"
+        );
+        stop.store(true, Ordering::SeqCst);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        eprintln!("writer waited {waited:?} behind a stream of readers");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_tokens_increase_and_readers_carry_the_last_one() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("fence").unwrap();
+        let r0 = rw.read().lock().await.unwrap();
+        assert_eq!(r0.token(), 0, "no write token yet");
+        r0.unlock().await.unwrap();
+        let mut last = 0;
+        for _ in 0..3 {
+            let w = rw.write().lock().await.unwrap();
+            assert!(w.token() > last, "{} after {last}", w.token());
+            last = w.token();
+            w.unlock().await.unwrap();
+            let r = rw.read().lock().await.unwrap();
+            assert_eq!(r.token(), last, "a read hold carries the last write token");
+            r.unlock().await.unwrap();
+        }
+        // A plain lock's token rules hold for the write side: a write hold
+        // that was lost cannot release a newer one of the same owner.
+        let old = rw
+            .write()
+            .try_lock(Duration::ZERO, Duration::from_millis(200))
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let new = rw.write().lock().await.unwrap();
+        assert!(new.token() > old.token());
+        assert!(matches!(old.unlock().await, Err(Error::NotHeld { .. })));
+        assert_eq!(rw.write().hold_count().await.unwrap(), 1, "the new hold stands");
+        new.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Waiting is woken by the unlock (not by the 30 s leases), for a writer
+/// behind readers and for readers behind a writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_either_side_wake_on_the_unlock() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let r = a.rw_lock("wake").unwrap().read().lock().await.unwrap();
+        let w = b.rw_lock("wake").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await });
+        assert!(eventually(Duration::from_secs(5), || marks(&server, "wake") == 1).await);
+        let t = Instant::now();
+        r.unlock().await.unwrap();
+        let wg = tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .expect("woken")
+            .unwrap()
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+
+        let mut readers_waiting = Vec::new();
+        for c in [&a, &b] {
+            let r = c.rw_lock("wake").unwrap().read();
+            readers_waiting.push(tokio::spawn(async move { r.lock().await }));
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .cmd(&["HEXISTS", "wake", ":wait"])
+                .as_int()
+                == Some(1))
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        wg.unlock().await.unwrap();
+        let mut guards = Vec::new();
+        for h in readers_waiting {
+            guards.push(
+                tokio::time::timeout(Duration::from_secs(5), h)
+                    .await
+                    .expect("woken")
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(readers(&server, "wake").len(), 2, "both readers in together");
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+    })
+    .await
+}
+
+/// Dropping a wait of either side leaves nothing held and no mark that
+/// would keep readers out for long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_leaves_nothing_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let w = a.rw_lock("drop").unwrap().write().lock().await.unwrap();
+        let r = b.rw_lock("drop").unwrap().read();
+        let reader = tokio::spawn(async move { r.lock().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        reader.abort();
+        let _ = reader.await;
+        w.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["EXISTS", "drop"]).as_int(),
+            Some(0),
+            "no reader was left behind"
+        );
+
+        let r = a.rw_lock("drop").unwrap().read().lock().await.unwrap();
+        let w = b.rw_lock("drop").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await });
+        assert!(eventually(Duration::from_secs(5), || marks(&server, "drop") == 1).await);
+        writer.abort();
+        let _ = writer.await;
+        // The dropped wait takes its mark back in the background: readers
+        // are held back no more, long before the mark's 5 s would lapse.
+        assert!(eventually(Duration::from_secs(2), || marks(&server, "drop") == 0).await);
+        let r2 = a.rw_lock("drop").unwrap().read();
+        let other_reader = b.rw_lock("drop").unwrap().read();
+        let g = other_reader
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("a new reader gets in at once");
+        g.unlock().await.unwrap();
+        // A writer whose wait ends (its deadline) takes its mark back too.
+        let w = b.rw_lock("drop").unwrap().write();
+        assert!(w.try_lock(Duration::from_millis(300), LONG).await.unwrap().is_none());
+        assert_eq!(marks(&server, "drop"), 0, "given up: no mark left");
+        drop(r2);
+        r.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "drop"]).as_int(), Some(0), "nothing left");
+    })
+    .await
+}
+
+/// The marks of waiting writers in the hash `key`.
+fn marks(server: &RedisServer, key: &str) -> usize {
+    server
+        .cmd(&["HKEYS", key])
+        .strings()
+        .iter()
+        .filter(|f| f.starts_with(":ww:"))
+        .count()
+}
+
+/// The scripts' replay records: the same acquire or release sent twice (its
+/// first reply lost) applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_calls_apply_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let shared = include_str!("../lua/shared.lua").to_string() + include_str!("../lua/shared_rw.lua");
+        let acquire = shared.clone() + include_str!("../lua/rw_acquire.lua");
+        let release = shared + include_str!("../lua/rw_release.lua");
+        let tok = "lockwarden:{replay}:token";
+        let acq = |rec: &str, first: &str, side: &str, field: &str| {
+            server.cmd(&[
+                "EVAL", &acquire, "3", "replay", tok, rec, field, "30000", "60000", first, "0", side, "5000",
+            ])
+        };
+        for (side, field) in [("read", "me:1:r"), ("write", "me:1")] {
+            let once = acq("rec-a", "1", side, field);
+            let again = acq("rec-a", "0", side, field);
+            assert_eq!(once, again, "{side}: the replay returns the recorded reply");
+            assert_eq!(
+                server.cmd(&["HGET", "replay", field]).as_str(),
+                Some("1"),
+                "{side}: one level"
+            );
+            let twice = acq("rec-b", "1", side, field);
+            assert_eq!(
+                server.cmd(&["HGET", "replay", field]).as_str(),
+                Some("2"),
+                "{side}: {twice:?}"
+            );
+            let rel = |rec: &str, first: &str| {
+                server.cmd(&[
+                    "EVAL",
+                    &release,
+                    "3",
+                    "replay",
+                    "lockwarden:{replay}:channel",
+                    rec,
+                    field,
+                    "0",
+                    "60000",
+                    "0",
+                    "",
+                    "PUBLISH",
+                    first,
+                ])
+            };
+            assert_eq!(rel("rel-a", "1").as_int(), Some(1));
+            assert_eq!(rel("rel-a", "0").as_int(), Some(1), "{side}: the replayed release");
+            assert_eq!(
+                server.cmd(&["HGET", "replay", field]).as_str(),
+                Some("1"),
+                "{side}: left once"
+            );
+            assert_eq!(rel("rel-b", "1").as_int(), Some(0));
+            assert_eq!(
+                rel("rel-b", "0").as_int(),
+                Some(0),
+                "{side}: the replay of the last level"
+            );
+            assert_eq!(server.cmd(&["EXISTS", "replay"]).as_int(), Some(0));
+            for k in server.keys("lockwarden:{replay}:req:*") {
+                server.cmd(&["DEL", &k]);
+            }
+            for rec in ["rec-a", "rec-b", "rel-a", "rel-b"] {
+                server.cmd(&["DEL", rec]);
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_refused_and_left_alone() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        server.cmd(&["SET", "notrw", "x"]);
+        for side in ["read", "write"] {
+            let rw = c.rw_lock("notrw").unwrap();
+            let lock = if side == "read" { rw.read() } else { rw.write() };
+            let e = lock.try_lock(Duration::ZERO, Lease::Fixed(LONG)).await.unwrap_err();
+            assert!(
+                matches!(&e, Error::WrongType { key, found } if key == "notrw" && found == "string"),
+                "{e}"
+            );
+        }
+        assert_eq!(server.cmd(&["GET", "notrw"]).as_str(), Some("x"));
+    })
+    .await
+}
