@@ -14,7 +14,9 @@ pub struct LockStatus {
     pub name: String,
     /// The Redis key of the lock hash.
     pub key: String,
-    /// Each holder's owner field (`<client-uuid>:<owner-id>`) and reentry count.
+    /// Each holder's owner field (`<client-uuid>:<owner-id>`) and reentry
+    /// count. A read-write lock's readers are listed with their own field,
+    /// the owner field followed by `:r` (see [`LockStatus::readers`]).
     pub holders: Vec<(String, u64)>,
     /// The holder's remaining lease; `None` when free or when the key has no
     /// TTL (see [`LockStatus::leaked`]).
@@ -31,6 +33,13 @@ impl LockStatus {
     /// Whether anyone holds the lock.
     pub fn is_held(&self) -> bool {
         !self.holders.is_empty()
+    }
+
+    /// A read-write lock's readers: their owner fields and reentry counts.
+    pub fn readers(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.holders
+            .iter()
+            .filter_map(|(f, c)| f.strip_suffix(crate::keys::READ_SUFFIX).map(|o| (o, *c)))
     }
 
     pub(crate) fn parse(name: &str, key: &str, raw: Value) -> Result<LockStatus> {

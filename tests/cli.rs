@@ -656,3 +656,68 @@ fn bench_without_json_prints_an_aligned_table() {
     );
     assert!(stderr(&o).contains("W1"), "progress on stderr");
 }
+
+#[test]
+fn shared_runs_overlap_and_exclusive_runs_are_alone() {
+    let server = RedisServer::start();
+    let dir = tempdir("rw");
+    let d = dir.display();
+    let reader = format!(
+        "touch {d}/r.$$; if [ -e {d}/w ]; then echo overlap >> {d}/bad; fi; sleep 1; ls {d} | grep -c '^r\\.' >> {d}/seen; rm {d}/r.$$"
+    );
+    let writer = format!(
+        "if ls {d}/r.* >/dev/null 2>&1 || [ -e {d}/w ]; then echo overlap >> {d}/bad; fi; touch {d}/w; sleep 0.2; rm {d}/w; echo x >> {d}/wrote"
+    );
+    let spawn = |flag: &str, script: &str| {
+        let mut c = cli(&server);
+        c.args(["run", "doc", flag, "--", "sh", "-c", script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<Child> = (0..4).map(|_| spawn("--shared", &reader)).collect();
+    let readers_in = || {
+        std::fs::read_dir(&dir)
+            .map(|e| {
+                e.filter(|f| {
+                    f.as_ref()
+                        .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("r."))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        eventually_sync(Duration::from_secs(20), || readers_in() >= 2),
+        "two shared runs at once"
+    );
+    // While they read, `status` names them as readers.
+    let mut c = cli(&server);
+    c.args(["status", "doc"]);
+    let o = run(c, Duration::from_secs(30));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("read by"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    children.extend((0..2).map(|_| spawn("--exclusive", &writer)));
+    for child in children {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert!(!dir.join("bad").exists(), "a writer overlapped another run");
+    assert_eq!(std::fs::read_to_string(dir.join("wrote")).unwrap().lines().count(), 2);
+    let most = std::fs::read_to_string(dir.join("seen"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .max()
+        .unwrap();
+    assert!(most >= 2, "shared runs overlapped ({most} at once)");
+    // The flags exclude each other.
+    let mut c = cli(&server);
+    c.args(["run", "doc", "--shared", "--exclusive", "--", "true"]);
+    assert_eq!(code(&run(c, Duration::from_secs(30))), 64);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,15 @@ async fn readers_share_and_a_writer_excludes_them() {
         let ra = a.rw_lock("doc").unwrap().read().lock().await.unwrap();
         let rb = b.rw_lock("doc").unwrap().read().lock().await.unwrap();
         assert_eq!(readers(&server, "doc").len(), 2, "two readers at once");
+        let st = a.rw_lock("doc").unwrap().read().status().await.unwrap();
+        let mut seen: Vec<(String, u64)> = st.readers().map(|(o, c)| (o.to_string(), c)).collect();
+        seen.sort();
+        let mut want = vec![
+            (ra.owner().field().trim_end_matches(":r").to_string(), 1),
+            (rb.owner().field().trim_end_matches(":r").to_string(), 1),
+        ];
+        want.sort();
+        assert_eq!(seen, want, "status lists the readers");
         // Each reader's hold has its own lease deadline.
         for f in readers(&server, "doc") {
             let d = server.cmd(&["HGET", "doc", &format!(":{f}")]);
@@ -471,6 +480,52 @@ async fn a_key_of_another_type_is_refused_and_left_alone() {
             );
         }
         assert_eq!(server.cmd(&["GET", "notrw"]).as_str(), Some("x"));
+    })
+    .await
+}
+
+/// Over a quorum of three masters: readers share, a writer excludes them,
+/// and a master down does not change that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_of_masters_keeps_the_rules() {
+    bounded(BOUND, async {
+        let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let connect = || async {
+            lockwarden::Client::builder_for_masters(&urls)
+                .watchdog_lease(LONG)
+                .build()
+                .await
+                .unwrap()
+        };
+        let (a, b) = (connect().await, connect().await);
+        let ra = a.rw_lock("q").unwrap().read().lock().await.unwrap();
+        let rb = b.rw_lock("q").unwrap().read().lock().await.unwrap();
+        for s in &servers {
+            assert_eq!(readers(s, "q").len(), 2);
+        }
+        let w = b.rw_lock("q").unwrap().write();
+        let waiting = tokio::spawn(async move { w.try_lock(Duration::from_secs(20), LONG).await });
+        servers[2].stop();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "readers exclude the writer on the majority left"
+        );
+        ra.unlock().await.unwrap();
+        rb.unlock().await.unwrap();
+        let wg = waiting.await.unwrap().unwrap().expect("the writer gets it");
+        assert!(wg.token() > 0);
+        let r = a.rw_lock("q").unwrap().read();
+        assert!(r.try_lock(Duration::from_millis(200), LONG).await.unwrap().is_none());
+        wg.unlock().await.unwrap();
+        r.try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("free")
+            .unlock()
+            .await
+            .unwrap();
     })
     .await
 }

@@ -12,7 +12,12 @@ fn to_json(s: &LockStatus) -> serde_json::Value {
         "name": s.name,
         "key": s.key,
         "held": s.is_held(),
-        "holders": s.holders.iter().map(|(owner, count)| json!({"owner": owner, "count": count})).collect::<Vec<_>>(),
+        "holders": s.holders.iter().map(|(owner, count)| {
+            match owner.strip_suffix(":r") {
+                Some(reader) => json!({"owner": reader, "count": count, "side": "read"}),
+                None => json!({"owner": owner, "count": count, "side": "exclusive"}),
+            }
+        }).collect::<Vec<_>>(),
         "remaining_lease_ms": s.remaining_lease.map(|d| d.as_millis() as u64),
         "leaked": s.leaked,
         "last_token": s.last_token,
@@ -24,7 +29,10 @@ fn describe(s: &LockStatus) -> String {
     let mut out = format!("lock {:?} (key {:?})\n", s.name, s.key);
     if s.is_held() {
         for (owner, count) in &s.holders {
-            out += &format!("  held by {owner} (reentry count {count})\n");
+            match owner.strip_suffix(":r") {
+                Some(reader) => out += &format!("  read by {reader} (reentry count {count})\n"),
+                None => out += &format!("  held by {owner} (reentry count {count})\n"),
+            }
         }
         match s.remaining_lease {
             Some(d) => out += &format!("  remaining lease {} ms\n", d.as_millis()),

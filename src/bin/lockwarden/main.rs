@@ -119,8 +119,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "D", value_parser = duration, default_value = "30s")]
     pub watchdog_lease: Duration,
     /// Use the fair (FIFO) lock.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["shared", "exclusive"])]
     pub fair: bool,
+    /// Take the read side of the read-write lock NAME: any number of
+    /// `--shared` runs at once, none while an `--exclusive` one runs.
+    #[arg(long, conflicts_with = "exclusive")]
+    pub shared: bool,
+    /// Take the write side of the read-write lock NAME: alone, with no
+    /// `--shared` run. A waiting `--exclusive` run holds new `--shared` runs
+    /// back.
+    #[arg(long)]
+    pub exclusive: bool,
     /// Time between SIGTERM and SIGKILL to CMD's process group when the lock
     /// is lost or at risk. Termination starts this long (plus a margin of a
     /// tenth of the lease, at most 1 s) before the lock's validity ends, so

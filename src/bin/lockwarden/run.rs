@@ -163,6 +163,10 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
     let name = &args.name;
     let lock = match if args.fair {
         client.fair_lock(name)
+    } else if args.shared {
+        client.rw_lock(name).map(|rw| rw.read())
+    } else if args.exclusive {
+        client.rw_lock(name).map(|rw| rw.write())
     } else {
         client.lock(name)
     } {
