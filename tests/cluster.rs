@@ -291,3 +291,45 @@ both_kinds!(
     a_failover_keeps_locks_usable_and_waiters_woken,
     a_killed_primary_is_replaced_and_the_hold_survives,
 );
+
+/// The read-write lock on every node: readers share, a writer waits for
+/// them and is woken over sharded pub/sub, with no redirect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rw_lock_on_every_node() {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        for name in names_on_every_node(&cluster, "rw") {
+            let ra = a.rw_lock(&name).unwrap().read().lock().await.unwrap();
+            let rb = b.rw_lock(&name).unwrap().read().lock().await.unwrap();
+            let w = b.rw_lock(&name).unwrap().write();
+            let writer = tokio::spawn(async move { w.lock().await });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(!writer.is_finished(), "{name}: the writer waits for the readers");
+            ra.unlock().await.unwrap();
+            rb.unlock().await.unwrap();
+            let started = Instant::now();
+            let g = tokio::time::timeout(Duration::from_secs(10), writer)
+                .await
+                .expect("woken by the unlock, not the 30 s lease")
+                .unwrap()
+                .unwrap();
+            assert!(started.elapsed() < Duration::from_secs(10));
+            g.unlock().await.unwrap();
+            assert!(
+                cluster.keys(&format!("app:{name}")).is_empty(),
+                "{name}: the hash is left behind"
+            );
+        }
+        for node in cluster.primaries() {
+            assert_eq!(
+                node.info_field("errorstats", "errorstat_MOVED"),
+                None,
+                "node {}",
+                node.port
+            );
+        }
+    })
+    .await
+}
