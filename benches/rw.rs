@@ -132,7 +132,10 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
     let secs = if benching {
-        std::env::var("LOCKWARDEN_RW_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0)
+        std::env::var("LOCKWARDEN_RW_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5.0)
     } else {
         0.5
     };

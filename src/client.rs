@@ -138,7 +138,9 @@ impl ClientBuilder {
     /// Fair locks: how long a queued waiter may go without refreshing its
     /// place before it is evicted (a waiter whose process died). Live
     /// waiters refresh every third of it, whatever the holder does. Defaults
-    /// to 5 s; must be within 100 ms ..= 30 days.
+    /// to 5 s; must be within 100 ms ..= 30 days. Read-write locks: how long
+    /// a waiting writer's mark holds new readers back after its last
+    /// attempt (it makes one every third of it).
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.fair_waiter_timeout = timeout;
         self

@@ -585,6 +585,16 @@ impl Node {
             .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
         match kind.as_str() {
             "none" => Ok(false),
+            // A read-write lock's hash may be left with waiting writers'
+            // marks only: held means an owner field is there.
+            "hash" if matches!(keys.kind, crate::keys::Kind::Read | crate::keys::Kind::Write) => {
+                let fields: Vec<String> = self
+                    .client
+                    .hkeys(&keys.lock)
+                    .await
+                    .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
+                Ok(fields.iter().any(|f| !f.starts_with(':')))
+            }
             "hash" => Ok(true),
             other => Err(Error::WrongType {
                 key: keys.lock.clone(),

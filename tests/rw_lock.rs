@@ -53,7 +53,12 @@ async fn readers_share_and_a_writer_excludes_them() {
         let none = tokio::spawn(async move { w.try_lock(Duration::from_millis(200), LONG).await });
         assert!(none.await.unwrap().unwrap().is_none(), "readers exclude a writer");
         ra.unlock().await.unwrap();
+        assert!(
+            a.rw_lock("doc").unwrap().read().is_locked().await.unwrap(),
+            "one reader left"
+        );
         rb.unlock().await.unwrap();
+        assert!(!a.rw_lock("doc").unwrap().read().is_locked().await.unwrap());
         assert_eq!(
             server.cmd(&["EXISTS", "doc"]).as_int(),
             Some(0),
@@ -292,6 +297,7 @@ async fn waiters_of_either_side_wake_on_the_unlock() {
         let w = b.rw_lock("wake").unwrap().write();
         let writer = tokio::spawn(async move { w.lock().await });
         assert!(eventually(Duration::from_secs(5), || marks(&server, "wake") == 1).await);
+        assert!(a.rw_lock("wake").unwrap().write().is_locked().await.unwrap());
         let t = Instant::now();
         r.unlock().await.unwrap();
         let wg = tokio::time::timeout(Duration::from_secs(5), writer)
