@@ -785,6 +785,31 @@ impl Client {
         Ok(crate::rw_lock::RwLock::new(self.inner.clone(), keys))
     }
 
+    /// A handle on the semaphore `name` with `permits` permits, whose holds
+    /// expire (see [`Semaphore`](crate::Semaphore)). Creating it talks to no
+    /// server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`]; [`Error::Config`] for 0 permits, or on a client
+    /// over a quorum of independent masters: a majority of masters does not
+    /// bound a count (with 5 masters and 2 permits, three holders can each
+    /// be granted by a different majority), so the semaphore is not safe
+    /// there.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
+        if permits == 0 {
+            return Err(Error::Config(format!("semaphore {name:?} needs at least one permit")));
+        }
+        if self.inner.members.len() > 1 {
+            return Err(Error::Config(format!(
+                "semaphore {name:?}: a counting semaphore is not safe over a quorum of independent masters \
+                 (a majority does not bound a count); use one server, Sentinel or Cluster"
+            )));
+        }
+        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        Ok(crate::semaphore::Semaphore::new(self.inner.clone(), keys, permits))
+    }
+
     /// Snapshots of every lock under this client's key prefix whose name
     /// matches the Redis-style glob `pattern` (`*`, `?`), found through their
     /// fencing-token keys (every lock ever taken has one). `SCAN` runs on the

@@ -69,6 +69,9 @@ pub(crate) enum Kind {
     Read,
     /// The write side of a read-write lock: exclusive.
     Write,
+    /// A semaphore of `total` permits with expiring permits, taking `take`
+    /// of them; each acquisition's owner field is its own permit id.
+    Permits { total: u32, take: u32 },
 }
 
 impl Kind {
@@ -79,6 +82,7 @@ impl Kind {
             Kind::Fair => "fair",
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::Permits { .. } => "semaphore",
         }
     }
 

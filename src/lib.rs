@@ -122,6 +122,7 @@ mod quorum;
 mod runtime;
 mod rw;
 mod rw_lock;
+mod semaphore;
 mod sentinel;
 mod settings;
 mod status;
@@ -141,6 +142,7 @@ pub use keys::{MAX_NAME_LEN, NAMESPACE};
 pub use lock::Lock;
 pub use owner::Owner;
 pub use rw_lock::RwLock;
+pub use semaphore::{Permit, Semaphore};
 pub use settings::Lease;
 pub use settings::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_NODE_TIMEOUT,

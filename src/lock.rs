@@ -461,7 +461,9 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read => crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await,
+            Kind::Read | Kind::Permits { .. } => {
+                crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await
+            }
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }

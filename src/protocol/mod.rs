@@ -46,6 +46,9 @@ macro_rules! lua {
 mod fair;
 mod reentrant;
 mod rw;
+mod semaphore;
+
+pub(crate) use semaphore::SEM_AVAILABLE;
 
 pub(crate) use fair::worth_an_attempt;
 
@@ -56,7 +59,7 @@ pub(crate) use fair::worth_an_attempt;
 pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
     match keys.kind {
         Kind::Write | Kind::Read => rw::leave(keys, owner, env),
-        Kind::Fair | Kind::Reentrant => fair::leave(keys, owner, rec, env),
+        Kind::Fair | Kind::Reentrant | Kind::Permits { .. } => fair::leave(keys, owner, rec, env),
     }
 }
 
@@ -166,13 +169,19 @@ pub(crate) fn of(kind: Kind) -> &'static dyn Protocol {
         Kind::Fair => &fair::Fair,
         Kind::Read => &rw::Side { read: true },
         Kind::Write => &rw::Side { read: false },
+        Kind::Permits { .. } => &semaphore::Semaphore,
     }
 }
 
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN];
-    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+    for kind in [
+        Kind::Reentrant,
+        Kind::Fair,
+        Kind::Write,
+        Kind::Permits { total: 1, take: 1 },
+    ] {
         all.extend(of(kind).scripts());
     }
     all

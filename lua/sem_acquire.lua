@@ -1,0 +1,50 @@
+-- sem_acquire: take permits of a semaphore with expiring permits.
+--
+-- KEYS[1]  the semaphore hash: permit id -> permits it holds, and for each
+--          ':' .. permit id -> its lease deadline (server ms); ':wait' when
+--          a listening waiter was refused (see shared_rw.lua: the same
+--          snapshot, where every holder is a "reader" with its own lease)
+-- ARGV[1]  the permit id "<client-uuid>:p<n>:r" (unique per acquisition,
+--          so the acquisition is its own replay record)
+-- ARGV[2]  permits to take (>= 1)
+-- ARGV[3]  the semaphore's number of permits, as the caller knows it
+-- ARGV[4]  lease in ms (> 0)
+-- ARGV[5]  "0" when the caller only tries, anything else when it waits
+--          (listening on the channel) if refused
+--
+-- Returns
+--   {1, 0, 1}      granted (or granted already: a re-send finds the id)
+--   {0, ms}        not enough permits free: ms until the first holder's
+--                  lease ends (when permits may come back without a release)
+--   error "WRONGTYPE <type> 1", or the server's own refusal
+--
+-- Side effects: holders whose lease passed are removed first (their
+-- permits are free again). A grant writes the id with its permits and
+-- deadline and keeps the hash's TTL at least its lease. Permits in use
+-- never exceed ARGV[3] by a grant: a holder of more (the number was
+-- lowered) keeps them, and nothing more is granted until the use fits.
+
+local now = now_ms()
+local me, take, total, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local s, refusal = snapshot(now)
+if not s then return refusal end
+if s.f[me] then
+  return {1, 0, 1}
+end
+local used = 0
+for k, v in pairs(s.f) do
+  if string.sub(k, 1, 1) ~= ':' and is_reader(k) then used = used + tonumber(v) end
+end
+if used + take > total then
+  if ARGV[5] ~= '0' and not s.f[':wait'] then
+    redis.pcall('HSET', KEYS[1], ':wait', '1')
+  end
+  return {0, s.soonest or 1}
+end
+redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease))
+if s.readers > 0 then
+  redis.call('PEXPIRE', KEYS[1], lease, 'GT')
+else
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return {1, 0, 1}

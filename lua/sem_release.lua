@@ -1,0 +1,28 @@
+-- sem_release: give back the permits of one acquisition.
+--
+-- KEYS[1]  the semaphore hash (see sem_acquire.lua)
+-- KEYS[2]  the semaphore's channel
+-- ARGV[1]  the permit id
+-- ARGV[2]  "SPUBLISH" on a cluster, anything else for PUBLISH
+-- ARGV[3]  the message to publish
+--
+-- Returns 0 released, -1 not held (its lease ended, or released already: a
+-- re-send finds nothing, and changes nothing); error "WRONGTYPE <type> 1",
+-- or the server's own refusal.
+--
+-- Side effects: HDEL of the id and its deadline; the hash goes with its
+-- last holder. The channel is told when ':wait' says a waiter listens.
+
+local now = now_ms()
+local s, refusal = snapshot(now)
+if not s then return refusal end
+if not s.f[ARGV[1]] then return -1 end
+redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1])
+if s.readers <= 1 then
+  redis.call('DEL', KEYS[1])
+end
+if s.f[':wait'] then
+  local publish = ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
+  redis.pcall(publish, KEYS[2], ARGV[3])
+end
+return 0

@@ -1,0 +1,53 @@
+//! The semaphore's calls: `lua/sem_acquire.lua`, `lua/sem_release.lua` and
+//! `lua/sem_available.lua`. The number of permits and how many to take
+//! come with the kind (`Kind::Permits`); the owner field is the permit id.
+
+use std::sync::LazyLock;
+
+use super::{ms, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use crate::keys::{Kind, LockKeys};
+
+static SEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "sem_acquire.lua")));
+static SEM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "sem_release.lua")));
+pub(crate) static SEM_AVAILABLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("available_permits", lua!("sem_available.lua")));
+
+pub(super) struct Semaphore;
+
+impl Protocol for Semaphore {
+    /// Permit ids are unique per acquisition, so the hash itself is the
+    /// replay record: `rec` is not used.
+    fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
+        let (total, take) = match keys.kind {
+            Kind::Permits { total, take } => (total, take),
+            _ => (0, 1),
+        };
+        Call {
+            script: &SEM_ACQUIRE,
+            keys: vec![&keys.lock],
+            args: vec![
+                a.owner.into(),
+                (take as i64).into(),
+                (total as i64).into(),
+                ms(a.lease).into(),
+                if a.waiting.waits() { "1" } else { "0" }.into(),
+            ],
+            first_send: None,
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &SEM_RELEASE,
+            keys: vec![&keys.lock, &keys.channel],
+            args: vec![r.owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
+            first_send: None,
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&SEM_ACQUIRE, &SEM_RELEASE, &SEM_AVAILABLE]
+    }
+}

@@ -1,0 +1,333 @@
+//! The semaphore with expiring permits against a real redis-server: the
+//! bound, many permits at once, a dead holder's permits coming back, the
+//! bound under 32 clients with replies dropped, wake-ups, cancellation,
+//! changing the number, replays and the quorum refusal.
+#[macro_use]
+mod common;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::Error;
+
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(90);
+
+/// Permits held in the hash `key` (live or not yet pruned).
+fn held(server: &RedisServer, key: &str) -> u64 {
+    server.owners(key).iter().map(|(_, n)| n.parse::<u64>().unwrap()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_the_number_of_permits_is_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(client(&server.url(), LONG).await);
+        }
+        let sem = clients[0].semaphore("pool", 3).unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 3);
+        let mut permits = Vec::new();
+        for c in &clients[..3] {
+            let p = c
+                .semaphore("pool", 3)
+                .unwrap()
+                .try_acquire(Duration::ZERO, None)
+                .await
+                .unwrap();
+            permits.push(p.expect("a permit is free"));
+        }
+        assert_eq!(held(&server, "pool"), 3);
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        let fourth = clients[3].semaphore("pool", 3).unwrap();
+        assert!(fourth
+            .try_acquire(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none());
+        permits.pop().unwrap().release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
+        let p = fourth
+            .try_acquire(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("one came back");
+        assert_eq!(p.permits(), 1);
+        p.release().await.unwrap();
+        for p in permits {
+            p.release().await.unwrap();
+        }
+        assert_eq!(server.cmd(&["EXISTS", "pool"]).as_int(), Some(0), "nothing left");
+        // Bad requests change nothing.
+        assert!(matches!(sem.acquire_many(0).await, Err(Error::Config(_))));
+        assert!(matches!(sem.acquire_many(4).await, Err(Error::Config(_))));
+        assert!(matches!(clients[0].semaphore("pool", 0), Err(Error::Config(_))));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_permits_are_taken_all_or_none_and_waiters_wake_on_release() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let two = a.semaphore("batch", 3).unwrap().acquire_many(2).await.unwrap();
+        assert_eq!(two.permits(), 2);
+        let sem = b.semaphore("batch", 3).unwrap();
+        let waiting = tokio::spawn(async move { sem.acquire_many(2).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "two of the three are taken");
+        assert_eq!(held(&server, "batch"), 2, "nothing taken while waiting");
+        let released = Instant::now();
+        two.release().await.unwrap();
+        let p = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the release, not by the 30 s lease")
+            .unwrap()
+            .unwrap();
+        assert!(released.elapsed() < Duration::from_secs(5));
+        assert_eq!(held(&server, "batch"), 2);
+        p.release().await.unwrap();
+    })
+    .await
+}
+
+/// A holder that stops renewing (its process died: a fixed lease, a permit
+/// never released) gives its permit back when the lease ends, while a
+/// watchdog holder keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holder_gives_its_permits_back_when_its_lease_ends() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let dead = client(&server.url(), LONG).await;
+        let alive = client(&server.url(), Duration::from_millis(900)).await;
+        let other = client(&server.url(), LONG).await;
+        let p = dead
+            .semaphore("expiring", 2)
+            .unwrap()
+            .try_acquire(Duration::ZERO, Duration::from_millis(800))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(p);
+        let kept = alive.semaphore("expiring", 2).unwrap().acquire().await.unwrap();
+        let sem = other.semaphore("expiring", 2).unwrap();
+        assert!(sem.try_acquire(Duration::ZERO, None).await.unwrap().is_none());
+        let started = Instant::now();
+        let got = sem
+            .try_acquire(Duration::from_secs(10), None)
+            .await
+            .unwrap()
+            .expect("the dead holder's permit came back");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!kept.is_lost(), "the live holder renews its own lease");
+        assert_eq!(held(&server, "expiring"), 2);
+        got.release().await.unwrap();
+        kept.release().await.unwrap();
+    })
+    .await
+}
+
+/// 32 clients, each taking and giving back one of 4 permits in a loop, with
+/// replies dropped now and then (the script ran, the client never heard):
+/// never more than 4 held at once, on the server and as the holders count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn permits_are_never_over_granted_under_32_clients_with_replies_dropped() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let proxy = Arc::new(Proxy::start(server.port).await);
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let url = if i % 4 == 0 { proxy.url() } else { server.url() };
+            let c = client(&url, LONG).await;
+            let (inside, most, done) = (inside.clone(), most.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let sem = c.semaphore("bounded", 4).unwrap();
+                let end = Instant::now() + Duration::from_secs(4);
+                while Instant::now() < end {
+                    let Ok(Some(p)) = sem.try_acquire(Duration::from_secs(2), LONG).await else {
+                        continue;
+                    };
+                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let _ = p.release().await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        let dropper = {
+            let (proxy, server) = (proxy.clone(), &server);
+            let mut over = 0;
+            let end = Instant::now() + Duration::from_secs(4);
+            while Instant::now() < end {
+                proxy.drop_next_reply();
+                over = over.max(held(server, "bounded"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            over
+        };
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(
+            most.load(Ordering::SeqCst) <= 4,
+            "{} held at once",
+            most.load(Ordering::SeqCst)
+        );
+        assert!(dropper <= 4, "{dropper} permits on the server at once");
+        assert!(proxy.dropped.load(Ordering::SeqCst) > 5, "replies were dropped");
+        assert!(
+            done.load(Ordering::SeqCst) > 100,
+            "{} acquisitions",
+            done.load(Ordering::SeqCst)
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || held(&server, "bounded") == 0).await,
+            "every permit came back: {:?}",
+            server.cmd(&["HGETALL", "bounded"])
+        );
+    })
+    .await
+}
+
+/// Dropping a waiting or in-flight acquire leaves no permit held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_leaves_no_permit() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let p = a.semaphore("drop", 1).unwrap().acquire().await.unwrap();
+        let sem = b.semaphore("drop", 1).unwrap();
+        let waiting = tokio::spawn(async move { sem.acquire().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        waiting.abort();
+        let _ = waiting.await;
+        p.release().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "drop"]).as_int(), Some(0));
+        // Dropped at every point of an uncontended acquire.
+        for i in 0..50u64 {
+            let sem = b.semaphore("drop", 1).unwrap();
+            let call = tokio::spawn(async move { sem.acquire().await.map(std::mem::forget) });
+            tokio::time::sleep(Duration::from_micros(50 * (i % 10))).await;
+            call.abort();
+            if let Ok(Ok(())) = call.await {
+                // Completed before the abort: the forgotten permit's guard
+                // never releases, so give it back by hand.
+                server.cmd(&["DEL", "drop"]);
+            }
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || server.cmd(&["EXISTS", "drop"]).as_int()
+                == Some(0))
+            .await,
+            "an orphan permit: {:?}",
+            server.cmd(&["HGETALL", "drop"])
+        );
+    })
+    .await
+}
+
+/// The number belongs to the handle: a smaller one takes nothing from
+/// holders and waits for the use to fit; a larger one lets more in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_number_of_permits() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let two = c.semaphore("resize", 2).unwrap();
+        let p1 = two.acquire().await.unwrap();
+        let p2 = two.acquire().await.unwrap();
+        let one = c.semaphore("resize", 1).unwrap();
+        assert_eq!(one.available_permits().await.unwrap(), 0);
+        assert!(one.try_acquire(Duration::ZERO, None).await.unwrap().is_none());
+        assert!(!p1.is_lost() && !p2.is_lost(), "lowering takes nothing from holders");
+        let five = c.semaphore("resize", 5).unwrap();
+        assert_eq!(five.available_permits().await.unwrap(), 3);
+        let p3 = five.try_acquire(Duration::ZERO, None).await.unwrap().expect("raised");
+        p1.release().await.unwrap();
+        p2.release().await.unwrap();
+        assert!(
+            one.try_acquire(Duration::ZERO, None).await.unwrap().is_none(),
+            "one held, one permit"
+        );
+        p3.release().await.unwrap();
+        one.try_acquire(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("fits now")
+            .release()
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+/// The script's own replay safety: the same acquisition (same permit id)
+/// sent twice takes its permits once; a release sent twice gives them back
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_acquire_or_release_applies_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let shared = include_str!("../lua/shared.lua").to_string() + include_str!("../lua/shared_rw.lua");
+        let acquire = shared.clone() + include_str!("../lua/sem_acquire.lua");
+        let release = shared + include_str!("../lua/sem_release.lua");
+        let acq = |id: &str| server.cmd(&["EVAL", &acquire, "1", "replay", id, "2", "3", "30000", "0"]);
+        assert_eq!(acq("c:p1:r"), acq("c:p1:r"));
+        assert_eq!(held(&server, "replay"), 2, "taken once");
+        let granted = acq("c:p1:r");
+        assert_ne!(acq("c:p2:r"), granted, "refused: 2 of 3 held");
+        assert_eq!(held(&server, "replay"), 2, "still 2");
+        let rel = |id: &str| {
+            server
+                .cmd(&["EVAL", &release, "2", "replay", "ch", id, "PUBLISH", "0"])
+                .as_int()
+        };
+        assert_eq!(rel("c:p1:r"), Some(0));
+        assert_eq!(rel("c:p1:r"), Some(-1), "the replay finds nothing");
+        assert_eq!(server.cmd(&["EXISTS", "replay"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_of_masters_refuses_a_semaphore() {
+    bounded(BOUND, async {
+        let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let c = lockwarden::Client::builder_for_masters(&urls).build().await.unwrap();
+        let e = c.semaphore("q", 2).unwrap_err();
+        assert!(matches!(&e, Error::Config(m) if m.contains("quorum")), "{e}");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_refused_and_left_alone() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        server.cmd(&["SET", "notsem", "x"]);
+        let sem = c.semaphore("notsem", 2).unwrap();
+        let e = sem.try_acquire(Duration::ZERO, None).await.unwrap_err();
+        assert!(matches!(&e, Error::WrongType { key, .. } if key == "notsem"), "{e}");
+        assert!(matches!(sem.available_permits().await, Err(Error::WrongType { .. })));
+        assert_eq!(server.cmd(&["GET", "notsem"]).as_str(), Some("x"));
+    })
+    .await
+}
