@@ -785,6 +785,29 @@ impl Client {
         Ok(crate::rw_lock::RwLock::new(self.inner.clone(), keys))
     }
 
+    /// A handle on the locks `names` taken together, all of them or none
+    /// (see [`MultiLock`](crate::MultiLock)): each is the reentrant lock of
+    /// that name, as [`Client::lock`] gives it. Creating it talks to no
+    /// server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`] for each name; [`Error::InvalidName`] for no
+    /// name at all.
+    pub fn multi_lock<S: AsRef<str>>(&self, names: &[S]) -> Result<crate::multi_lock::MultiLock> {
+        if names.is_empty() {
+            return Err(Error::InvalidName {
+                name: String::new(),
+                reason: "a multi-lock needs at least one name",
+            });
+        }
+        let locks = names
+            .iter()
+            .map(|n| self.lock(n.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(crate::multi_lock::MultiLock::new(locks))
+    }
+
     /// A handle on the semaphore `name` with `permits` permits, whose holds
     /// expire (see [`Semaphore`](crate::Semaphore)). Creating it talks to no
     /// server.

@@ -333,3 +333,29 @@ async fn the_rw_lock_on_every_node() {
     })
     .await
 }
+
+/// A multi-lock whose names live on every node: all held together, a
+/// token each, all released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_across_nodes() {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let names = names_on_every_node(&cluster, "multi");
+        let g = a.multi_lock(&names).unwrap().lock().await.unwrap();
+        assert_eq!(g.tokens().len(), 3);
+        for name in &names {
+            assert_eq!(cluster.keys(&format!("app:{name}")).len(), 1, "{name} held");
+        }
+        let m = b.multi_lock(&names).unwrap();
+        assert!(m.try_lock(Duration::from_millis(200), None).await.unwrap().is_none());
+        g.unlock().await.unwrap();
+        let g = m.try_lock(Duration::ZERO, None).await.unwrap().expect("free");
+        g.unlock().await.unwrap();
+        for name in &names {
+            assert!(cluster.keys(&format!("app:{name}")).is_empty(), "{name} released");
+        }
+    })
+    .await
+}

@@ -1,0 +1,196 @@
+//! Several locks taken together: all of them or none.
+
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+use crate::settings::Lease;
+use crate::watchdog::LossReason;
+
+/// Several named locks taken as one: [`MultiLock::lock`] returns when it
+/// holds all of them, with one [`MultiGuard`]. Made by
+/// [`Client::multi_lock`](crate::Client::multi_lock).
+///
+/// - All or none: the locks are tried in one fixed order (their keys,
+///   sorted), each without waiting. When one is held by someone else, the
+///   ones taken so far are given back at once, the call waits for that one
+///   lock alone (woken by its unlock, as a plain `lock()` waits), and then
+///   tries the rest again. It never waits while holding another of the
+///   locks, so two callers naming the same locks in any orders cannot
+///   deadlock.
+/// - Each lock is a plain reentrant lock with its own key (names may live
+///   in different cluster slots), its own watchdog renewal or fixed lease,
+///   and its own fencing token ([`MultiGuard::tokens`]).
+/// - Works on every deployment the reentrant lock works on, the quorum of
+///   masters included.
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    locks: Vec<Lock>,
+}
+
+impl MultiLock {
+    /// `locks` in their fixed order (sorted by key, duplicates removed).
+    pub(crate) fn new(mut locks: Vec<Lock>) -> MultiLock {
+        locks.sort_by(|a, b| a.keys.lock.cmp(&b.keys.lock));
+        locks.dedup_by(|a, b| a.keys.lock == b.keys.lock);
+        MultiLock { locks }
+    }
+
+    /// The names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.locks.iter().map(Lock::name).collect()
+    }
+
+    /// Takes every lock, waiting as long as it takes, with the watchdog
+    /// lease on each.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`]; the locks taken so far are given back first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the locks a dropped call holds (or may have been
+    /// granted) are given back in the background, as a dropped
+    /// [`Lock::lock`] and a dropped guard do.
+    pub async fn lock(&self) -> Result<MultiGuard> {
+        match self.take(None, Lease::Watchdog).await? {
+            Some(g) => Ok(g),
+            None => Err(crate::error::Error::Config(
+                "an unbounded wait ended without the locks (a lockwarden bug)".into(),
+            )),
+        }
+    }
+
+    /// Takes every lock if they all come free within `wait` (zero: only
+    /// try), each with `lease` (`None`: the watchdog's). `Ok(None)` when
+    /// they did not; nothing is held then.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock`]; the locks taken so far are given back first.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock(&self, wait: Duration, lease: impl Into<Lease>) -> Result<Option<MultiGuard>> {
+        self.take(Some(wait), lease.into()).await
+    }
+
+    async fn take(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<MultiGuard>> {
+        let deadline = wait.map(|w| Instant::now() + w);
+        // Per lock, in order: its guard once held.
+        let mut held: Vec<Option<LockGuard>> = (0..self.locks.len()).map(|_| None).collect();
+        loop {
+            let mut blocked = None;
+            for (i, lock) in self.locks.iter().enumerate() {
+                if held[i].is_some() {
+                    continue;
+                }
+                match lock.try_lock(Duration::ZERO, lease).await {
+                    Ok(Some(g)) => held[i] = Some(g),
+                    Ok(None) => {
+                        blocked = Some(i);
+                        break;
+                    }
+                    Err(e) => {
+                        give_back(&mut held).await;
+                        return Err(e);
+                    }
+                }
+            }
+            let Some(i) = blocked else {
+                let guards = held.into_iter().flatten().collect();
+                return Ok(Some(MultiGuard { guards }));
+            };
+            // Nothing is held while waiting: no caller waits on another
+            // while it holds one of its locks.
+            give_back(&mut held).await;
+            let got = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(None);
+                    }
+                    self.locks[i].try_lock(d - now, lease).await?
+                }
+                None => Some(self.locks[i].lock_with_lease(lease).await?),
+            };
+            match got {
+                Some(g) => held[i] = Some(g),
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Gives back every guard in `held` at once (the releases run together).
+async fn give_back(held: &mut [Option<LockGuard>]) {
+    let releases = held.iter_mut().filter_map(Option::take).map(|g| async move {
+        if let Err(e) = g.unlock().await {
+            tracing::debug!(error = %e, "giving back a lock of a multi-lock failed; its lease frees it");
+        }
+    });
+    futures::future::join_all(releases).await;
+}
+
+/// The locks of a [`MultiLock`], held together. Released together by
+/// [`MultiGuard::unlock`], or in the background when dropped.
+#[derive(Debug)]
+pub struct MultiGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// Each lock's guard, in the order they were taken.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Each lock's name and fencing token.
+    pub fn tokens(&self) -> Vec<(&str, u64)> {
+        self.guards.iter().map(|g| (g.name(), g.token())).collect()
+    }
+
+    /// How long all the locks are known to be held at least: the least of
+    /// their validities.
+    pub fn validity(&self) -> Duration {
+        self.guards.iter().map(LockGuard::validity).min().unwrap_or_default()
+    }
+
+    /// Why one of the locks was lost, if one was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.guards.iter().find_map(LockGuard::loss_reason)
+    }
+
+    /// Whether one of the locks was lost.
+    pub fn is_lost(&self) -> bool {
+        self.loss_reason().is_some()
+    }
+
+    /// Waits until one of the locks is lost; why.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn lost(&self) -> LossReason {
+        let each = self.guards.iter().map(|g| Box::pin(g.lost()));
+        futures::future::select_all(each).await.0
+    }
+
+    /// Releases every lock (together).
+    ///
+    /// # Errors
+    ///
+    /// The first error among the releases ([`Error::NotHeld`](crate::Error::NotHeld)
+    /// for a lock that was lost); the others are released regardless.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::unlock`]: each release completes in the background.
+    pub async fn unlock(self) -> Result<()> {
+        let results = futures::future::join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
+        results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+}

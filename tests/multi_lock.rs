@@ -1,0 +1,164 @@
+//! Several names at once against a real redis-server: all or none, no
+//! deadlock between callers naming the locks in opposite orders, tokens
+//! per name, partial holds given back at once, cancellation.
+#[macro_use]
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(90);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_names_are_held_together_with_a_token_each() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let m = c.multi_lock(&["b", "a", "c", "a"]).unwrap();
+        assert_eq!(m.names(), ["a", "b", "c"], "sorted, once each");
+        let g = m.lock().await.unwrap();
+        let tokens = g.tokens();
+        assert_eq!(tokens.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(tokens.iter().all(|(_, t)| *t > 0));
+        for name in ["a", "b", "c"] {
+            assert_eq!(server.owners(name).len(), 1, "{name} held");
+            assert!(other
+                .lock(name)
+                .unwrap()
+                .try_lock(Duration::ZERO, LONG)
+                .await
+                .unwrap()
+                .is_none());
+        }
+        assert!(g.validity() > Duration::from_secs(20));
+        g.unlock().await.unwrap();
+        for name in ["a", "b", "c"] {
+            assert_eq!(server.cmd(&["EXISTS", name]).as_int(), Some(0), "{name} released");
+        }
+        assert!(c.multi_lock::<&str>(&[]).is_err());
+    })
+    .await
+}
+
+/// One name held by someone else: nothing else stays held while waiting,
+/// and the call gets all of them once that one is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_hold_is_given_back_at_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let blocker = other.lock("y").unwrap().lock().await.unwrap();
+        let m = c.multi_lock(&["x", "y", "z"]).unwrap();
+        assert!(m.try_lock(Duration::ZERO, LONG).await.unwrap().is_none());
+        for name in ["x", "z"] {
+            assert_eq!(server.cmd(&["EXISTS", name]).as_int(), Some(0), "{name} given back");
+        }
+        let waiting = tokio::spawn(async move { m.try_lock(Duration::from_secs(20), LONG).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            server.cmd(&["EXISTS", "x"]).as_int(),
+            Some(0),
+            "x is not held while waiting for y"
+        );
+        // Others can take x meanwhile.
+        other
+            .lock("x")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("x free")
+            .unlock()
+            .await
+            .unwrap();
+        let released = Instant::now();
+        blocker.unlock().await.unwrap();
+        let g = waiting.await.unwrap().unwrap().expect("all three");
+        assert!(released.elapsed() < Duration::from_secs(5), "woken by y's unlock");
+        assert_eq!(g.guards().len(), 3);
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Two callers naming the same locks in opposite orders, over and over:
+/// no deadlock (every call ends well within its bound) and never both
+/// inside at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opposite_orders_never_deadlock() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let inside = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for names in [["p", "q", "r"], ["r", "q", "p"], ["q", "p", "r"], ["r", "p", "q"]] {
+            let c = client(&server.url(), LONG).await;
+            let (inside, done) = (inside.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let m = c.multi_lock(&names).unwrap();
+                for _ in 0..40 {
+                    let g = m
+                        .try_lock(Duration::from_secs(20), LONG)
+                        .await
+                        .unwrap()
+                        .expect("no deadlock: every call gets all three");
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two callers inside");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().await.unwrap();
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 160);
+        for name in ["p", "q", "r"] {
+            assert_eq!(server.cmd(&["EXISTS", name]).as_int(), Some(0));
+        }
+    })
+    .await
+}
+
+/// Dropping a waiting multi-lock call leaves none of its locks held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_leaves_nothing_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let blocker = other.lock("n2").unwrap().lock().await.unwrap();
+        let m = c.multi_lock(&["n1", "n2"]).unwrap();
+        let call = tokio::spawn(async move { m.lock().await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        call.abort();
+        let _ = call.await;
+        blocker.unlock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || server.keys("n*").is_empty()).await,
+            "left behind: {:?}",
+            server.keys("n*")
+        );
+        // And dropped at any point of an uncontended call.
+        for i in 0..30u64 {
+            let m = c.multi_lock(&["n1", "n2", "n3"]).unwrap();
+            let call = tokio::spawn(async move { m.lock().await.map(drop) });
+            tokio::time::sleep(Duration::from_micros(100 * (i % 10))).await;
+            call.abort();
+            let _ = call.await;
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || server.keys("n*").is_empty()).await,
+            "left behind: {:?}",
+            server.keys("n*")
+        );
+    })
+    .await
+}
