@@ -191,6 +191,11 @@ impl Permit {
         self.guard.owner().field().to_string()
     }
 
+    /// Why the permits were lost, if they were.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.guard.loss_reason()
+    }
+
     /// Whether the permits were lost (their lease ran out unrenewed, or the
     /// semaphore was force-unlocked).
     pub fn is_lost(&self) -> bool {

@@ -721,3 +721,68 @@ fn shared_runs_overlap_and_exclusive_runs_are_alone() {
     assert_eq!(code(&run(c, Duration::from_secs(30))), 64);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn permit_runs_are_at_most_n_at_once_and_multi_name_runs_take_all() {
+    let server = RedisServer::start();
+    let dir = tempdir("permits");
+    let d = dir.display();
+    let script = format!(
+        "touch {d}/in.$$; sleep 0.4; ls {d} | grep -c '^in\\.' >> {d}/seen; [ -n \"$LOCKWARDEN_PERMIT\" ] || echo none >> {d}/bad; rm {d}/in.$$"
+    );
+    let children: Vec<Child> = (0..5)
+        .map(|_| {
+            let mut c = cli(&server);
+            c.args(["run", "pool", "--permits", "2", "--", "sh", "-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let seen: Vec<u32> = std::fs::read_to_string(dir.join("seen"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(seen.len(), 5);
+    assert_eq!(seen.iter().max(), Some(&2), "two at once, never three: {seen:?}");
+    assert!(!dir.join("bad").exists(), "LOCKWARDEN_PERMIT set");
+
+    // Several names: all held together, a token each; opposite orders run
+    // one after the other.
+    let multi = format!(
+        "if [ -e {d}/m ]; then echo overlap >> {d}/bad; fi; touch {d}/m; echo \"$LOCKWARDEN_TOKEN\" >> {d}/tokens; sleep 0.1; rm {d}/m"
+    );
+    let children: Vec<Child> = [["ma", "mb"], ["mb", "ma"], ["ma", "mb"], ["mb", "ma"]]
+        .iter()
+        .map(|names| {
+            let mut c = cli(&server);
+            c.args(["run", names[0], names[1], "--", "sh", "-c", &multi])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert!(!dir.join("bad").exists(), "two multi-name runs overlapped");
+    let tokens = std::fs::read_to_string(dir.join("tokens")).unwrap();
+    assert_eq!(tokens.lines().count(), 4);
+    assert!(
+        tokens.lines().all(|l| l.starts_with("ma=") && l.contains(" mb=")),
+        "{tokens}"
+    );
+    // One kind per run: several names with --permits is a usage error.
+    let mut c = cli(&server);
+    c.args(["run", "x", "y", "--permits", "2", "--", "true"]);
+    assert_eq!(code(&run(c, Duration::from_secs(30))), 64);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,15 +7,40 @@ use serde_json::json;
 
 use crate::{fail, Ctx};
 
+/// What a holder field says it is: a semaphore's permit
+/// (`<client-uuid>:p<n>:r`), a read-write lock's reader (`<owner>:r`), or an
+/// exclusive holder.
+enum Holder<'a> {
+    Permit(&'a str),
+    Reader(&'a str),
+    Exclusive,
+}
+
+fn holder(field: &str) -> Holder<'_> {
+    match field.strip_suffix(":r") {
+        Some(base) => {
+            let last = base.rsplit(':').next().unwrap_or("");
+            let permit = last.len() > 1 && last.starts_with('p') && last[1..].bytes().all(|b| b.is_ascii_digit());
+            if permit {
+                Holder::Permit(base)
+            } else {
+                Holder::Reader(base)
+            }
+        }
+        None => Holder::Exclusive,
+    }
+}
+
 fn to_json(s: &LockStatus) -> serde_json::Value {
     json!({
         "name": s.name,
         "key": s.key,
         "held": s.is_held(),
         "holders": s.holders.iter().map(|(owner, count)| {
-            match owner.strip_suffix(":r") {
-                Some(reader) => json!({"owner": reader, "count": count, "side": "read"}),
-                None => json!({"owner": owner, "count": count, "side": "exclusive"}),
+            match holder(owner) {
+                Holder::Permit(id) => json!({"permit": id, "permits": count, "side": "permit"}),
+                Holder::Reader(reader) => json!({"owner": reader, "count": count, "side": "read"}),
+                Holder::Exclusive => json!({"owner": owner, "count": count, "side": "exclusive"}),
             }
         }).collect::<Vec<_>>(),
         "remaining_lease_ms": s.remaining_lease.map(|d| d.as_millis() as u64),
@@ -29,9 +54,10 @@ fn describe(s: &LockStatus) -> String {
     let mut out = format!("lock {:?} (key {:?})\n", s.name, s.key);
     if s.is_held() {
         for (owner, count) in &s.holders {
-            match owner.strip_suffix(":r") {
-                Some(reader) => out += &format!("  read by {reader} (reentry count {count})\n"),
-                None => out += &format!("  held by {owner} (reentry count {count})\n"),
+            match holder(owner) {
+                Holder::Permit(id) => out += &format!("  permit {id} ({count} permits in use)\n"),
+                Holder::Reader(reader) => out += &format!("  read by {reader} (reentry count {count})\n"),
+                Holder::Exclusive => out += &format!("  held by {owner} (reentry count {count})\n"),
             }
         }
         match s.remaining_lease {

@@ -108,7 +108,10 @@ enum Command {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    pub name: String,
+    /// The lock's name; several names take all those locks together (plain
+    /// reentrant locks, all or none).
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
     /// Give up after waiting this long (exit 75). Default: wait until acquired.
     #[arg(long, value_name = "D", value_parser = duration)]
     pub wait: Option<Duration>,
@@ -128,8 +131,12 @@ pub struct RunArgs {
     /// Take the write side of the read-write lock NAME: alone, with no
     /// `--shared` run. A waiting `--exclusive` run holds new `--shared` runs
     /// back.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "permits")]
     pub exclusive: bool,
+    /// Take one permit of the semaphore NAME of N permits: at most N such
+    /// runs at once. The command sees its permit id in LOCKWARDEN_PERMIT.
+    #[arg(long, value_name = "N", conflicts_with_all = ["fair", "shared"])]
+    pub permits: Option<u32>,
     /// Time between SIGTERM and SIGKILL to CMD's process group when the lock
     /// is lost or at risk. Termination starts this long (plus a margin of a
     /// tenth of the lease, at most 1 s) before the lock's validity ends, so

@@ -34,6 +34,62 @@ impl Signals {
     }
 }
 
+/// What a run holds: one lock, a semaphore's permit, or several locks.
+enum Held {
+    One(LockGuard),
+    Permit(lockwarden::Permit),
+    Many(lockwarden::MultiGuard),
+}
+
+impl Held {
+    /// The fencing token for LOCKWARDEN_TOKEN: the lock's; for several
+    /// locks `name=token` pairs separated by spaces; none for a permit.
+    fn token(&self) -> String {
+        match self {
+            Held::One(g) => g.token().to_string(),
+            Held::Permit(_) => String::new(),
+            Held::Many(g) => g
+                .tokens()
+                .iter()
+                .map(|(n, t)| format!("{n}={t}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+
+    fn validity(&self) -> Duration {
+        match self {
+            Held::One(g) => g.validity(),
+            Held::Permit(p) => p.validity(),
+            Held::Many(g) => g.validity(),
+        }
+    }
+
+    fn loss_reason(&self) -> Option<LossReason> {
+        match self {
+            Held::One(g) => g.loss_reason(),
+            Held::Permit(p) => p.loss_reason(),
+            Held::Many(g) => g.loss_reason(),
+        }
+    }
+
+    async fn lost(&self) -> LossReason {
+        match self {
+            Held::One(g) => g.lost().await,
+            Held::Permit(p) => p.lost().await,
+            Held::Many(g) => g.lost().await,
+        }
+    }
+
+    async fn unlock(self) -> lockwarden::Result<()> {
+        match self {
+            Held::One(g) => g.unlock().await,
+            Held::Permit(p) => p.release().await,
+            Held::Many(g) => g.unlock().await,
+        }
+    }
+}
+
 enum Outcome {
     Exited(ExitStatus),
     Lost(LossReason),
@@ -160,28 +216,49 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let name = &args.name;
-    let lock = match if args.fair {
-        client.fair_lock(name)
-    } else if args.shared {
-        client.rw_lock(name).map(|rw| rw.read())
-    } else if args.exclusive {
-        client.rw_lock(name).map(|rw| rw.write())
-    } else {
-        client.lock(name)
-    } {
-        Ok(l) => l,
-        Err(e) => return fail("bad lock name", &e),
-    };
+    let one_kind = args.fair || args.shared || args.exclusive || args.permits.is_some();
+    if one_kind && args.names.len() > 1 {
+        eprintln!("lockwarden: --fair, --shared, --exclusive and --permits take one NAME");
+        return crate::EX_USAGE;
+    }
+    let joined = args.names.join(" ");
+    let name = &joined;
     let lease = args.lease.map_or(Lease::Watchdog, Lease::Fixed);
     let acquire = async {
+        let first = &args.names[0];
+        if args.names.len() > 1 {
+            let multi = client.multi_lock(&args.names)?;
+            return match args.wait {
+                None => multi.lock().await.map(|g| Some(Held::Many(g))),
+                Some(wait) => multi.try_lock(wait, lease).await.map(|g| g.map(Held::Many)),
+            };
+        }
+        if let Some(n) = args.permits {
+            let sem = client.semaphore(first, n)?;
+            return match args.wait {
+                None => sem
+                    .try_acquire(lockwarden::MAX_DURATION, lease)
+                    .await
+                    .map(|p| p.map(Held::Permit)),
+                Some(wait) => sem.try_acquire(wait, lease).await.map(|p| p.map(Held::Permit)),
+            };
+        }
+        let lock = if args.fair {
+            client.fair_lock(first)?
+        } else if args.shared {
+            client.rw_lock(first)?.read()
+        } else if args.exclusive {
+            client.rw_lock(first)?.write()
+        } else {
+            client.lock(first)?
+        };
         match args.wait {
-            None => lock.lock_with_lease(lease).await.map(Some),
-            Some(wait) => lock.try_lock(wait, lease).await,
+            None => lock.lock_with_lease(lease).await.map(|g| Some(Held::One(g))),
+            Some(wait) => lock.try_lock(wait, lease).await.map(|g| g.map(Held::One)),
         }
     };
     // A signal while waiting ends the wait (the acquire is cancel safe).
-    let guard: LockGuard = tokio::select! {
+    let guard: Held = tokio::select! {
         r = acquire => match r {
             Ok(Some(g)) => g,
             Ok(None) => {
@@ -189,16 +266,24 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
                 eprintln!("lockwarden: lock {name:?} not acquired within {waited}");
                 return EX_TEMPFAIL;
             }
+            Err(e @ (lockwarden::Error::InvalidName { .. } | lockwarden::Error::Config(_))) => {
+                return fail(&format!("lock {name:?}"), &e)
+            }
             Err(e) => return fail(&format!("acquiring lock {name:?}"), &e),
         },
         sig = signals.recv() => return 128 + sig,
     };
-    tracing::debug!(lock = %name, token = guard.token(), "acquired; starting the command");
+    tracing::debug!(lock = %name, token = %guard.token(), "acquired; starting the command");
 
-    let mut child = match tokio::process::Command::new(&args.command[0])
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("LOCKWARDEN_LOCK", name)
-        .env("LOCKWARDEN_TOKEN", guard.token().to_string())
+        .env("LOCKWARDEN_TOKEN", guard.token());
+    if let Held::Permit(p) = &guard {
+        command.env("LOCKWARDEN_PERMIT", p.id());
+    }
+    let mut child = match command
         // Its own process group: everything it starts can be stopped with it.
         .process_group(0)
         .spawn()
