@@ -85,13 +85,19 @@ async fn row(server: &RedisServer, permits: u32, secs: f64) {
         (commands(server) - before) as f64 / n as f64,
         most.load(Ordering::SeqCst)
     );
-    assert!(most.load(Ordering::SeqCst) <= permits as usize, "more permits held than there are");
+    assert!(
+        most.load(Ordering::SeqCst) <= permits as usize,
+        "more permits held than there are"
+    );
 }
 
 fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
     let secs = if benching {
-        std::env::var("LOCKWARDEN_SEM_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0)
+        std::env::var("LOCKWARDEN_SEM_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5.0)
     } else {
         0.5
     };

@@ -359,3 +359,30 @@ async fn a_multi_lock_across_nodes() {
     })
     .await
 }
+
+/// A semaphore on every node: the bound, and a waiter woken by a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_semaphore_on_every_node() {
+    bounded(Duration::from_secs(60), async {
+        let cluster = RedisCluster::start(3);
+        let a = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        let b = app_client(&cluster.url(), Duration::from_secs(30)).await;
+        for name in names_on_every_node(&cluster, "sem") {
+            let p = a.semaphore(&name, 1).unwrap().acquire().await.unwrap();
+            let sem = b.semaphore(&name, 1).unwrap();
+            assert_eq!(sem.available_permits().await.unwrap(), 0);
+            let waiting = tokio::spawn(async move { sem.acquire().await });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(!waiting.is_finished(), "{name}: one permit, held");
+            p.release().await.unwrap();
+            let p = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .expect("woken by the release")
+                .unwrap()
+                .unwrap();
+            p.release().await.unwrap();
+            assert!(cluster.keys(&format!("app:{name}")).is_empty(), "{name}: left behind");
+        }
+    })
+    .await
+}

@@ -162,3 +162,30 @@ async fn a_dropped_call_leaves_nothing_held() {
     })
     .await
 }
+
+/// Over a quorum of three masters, with one of them down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_of_masters_holds_every_name() {
+    bounded(BOUND, async {
+        let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let a = lockwarden::Client::builder_for_masters(&urls).build().await.unwrap();
+        let b = lockwarden::Client::builder_for_masters(&urls).build().await.unwrap();
+        servers[1].stop();
+        let g = a.multi_lock(&["qa", "qb"]).unwrap().lock().await.unwrap();
+        for s in [&servers[0], &servers[2]] {
+            assert_eq!(s.keys("q*").len(), 2, "both names on the live masters");
+        }
+        let m = b.multi_lock(&["qb", "qa"]).unwrap();
+        assert!(m.try_lock(Duration::from_millis(200), LONG).await.unwrap().is_none());
+        g.unlock().await.unwrap();
+        m.try_lock(Duration::from_secs(5), LONG)
+            .await
+            .unwrap()
+            .expect("free")
+            .unlock()
+            .await
+            .unwrap();
+    })
+    .await
+}

@@ -116,3 +116,51 @@ async fn a_failover_moves_the_client_to_the_new_master(kind: Kind) {
 }
 
 both_kinds!(a_failover_moves_the_client_to_the_new_master);
+
+/// The read-write lock, the semaphore and the multi-lock through Sentinel:
+/// written on the master, waiters woken by unlock messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_works_through_sentinel() {
+    bounded(Duration::from_secs(90), async {
+        let s = setup().await;
+        let a = app_client(&s.sentinel.url(), Duration::from_secs(30)).await;
+        let b = app_client(&s.sentinel.url(), Duration::from_secs(30)).await;
+
+        let r1 = a.rw_lock("doc").unwrap().read().lock().await.unwrap();
+        let r2 = b.rw_lock("doc").unwrap().read().lock().await.unwrap();
+        assert_eq!(s.master.keys("app:doc").len(), 1, "on the master");
+        let w = b.rw_lock("doc").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished(), "the readers exclude the writer");
+        r1.unlock().await.unwrap();
+        r2.unlock().await.unwrap();
+        let g = bounded(Duration::from_secs(5), writer).await.unwrap().unwrap();
+        g.unlock().await.unwrap();
+
+        let sem = a.semaphore("pool", 2).unwrap();
+        let p1 = sem.acquire().await.unwrap();
+        let p2 = sem.acquire().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        let other = b.semaphore("pool", 2).unwrap();
+        let waiting = tokio::spawn(async move { other.acquire().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "two of two permits held");
+        p1.release().await.unwrap();
+        let p3 = bounded(Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        p2.release().await.unwrap();
+        p3.release().await.unwrap();
+
+        let g = a.multi_lock(&["m1", "m2"]).unwrap().lock().await.unwrap();
+        assert_eq!(s.master.keys("app:m*").len(), 2);
+        assert!(b
+            .multi_lock(&["m2", "m1"])
+            .unwrap()
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        g.unlock().await.unwrap();
+    })
+    .await
+}
