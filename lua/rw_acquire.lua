@@ -88,7 +88,9 @@ if read then
       redis.call('HSET', KEYS[1], ':' .. me, deadline)
     end
     redis.call('PEXPIRE', KEYS[1], lease, 'GT')
-    return grant(tonumber(redis.call('GET', KEYS[2]) or '0'), count)
+    local token = redis.pcall('GET', KEYS[2])
+    if type(token) == 'table' then token = nil end
+    return grant(tonumber(token or '0'), count)
   end
   local mine = string.sub(me, 1, -3)
   if writer and writer ~= mine then

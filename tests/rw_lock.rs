@@ -535,3 +535,41 @@ async fn a_quorum_of_masters_keeps_the_rules() {
     })
     .await
 }
+
+/// Redisson's write-read-write re-entrancy: the writer reads, then writes
+/// again (it still holds the write side); and a force-unlock frees both
+/// sides at once, wakes the waiting writer, and tells the reader its hold
+/// is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_read_write_reentrancy_and_force_unlock() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("wrw").unwrap();
+        let w1 = rw.write().lock().await.unwrap();
+        let r = rw.read().lock().await.unwrap();
+        let w2 = rw.write().lock().await.unwrap();
+        assert_eq!(w2.depth(), 2, "the writer writes again while reading");
+        w2.unlock().await.unwrap();
+        r.unlock().await.unwrap();
+        w1.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "wrw"]).as_int(), Some(0));
+
+        let reader_client = client(&server.url(), Duration::from_millis(900)).await;
+        let reading = reader_client.rw_lock("forced").unwrap().read().lock().await.unwrap();
+        let w = c.rw_lock("forced").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await });
+        assert!(eventually(Duration::from_secs(5), || marks(&server, "forced") == 1).await);
+        assert!(c.rw_lock("forced").unwrap().read().force_unlock().await.unwrap());
+        let g = tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .expect("woken by the force-unlock")
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), reading.lost())
+            .await
+            .expect("the reader learns its hold is gone");
+        g.unlock().await.unwrap();
+    })
+    .await
+}
