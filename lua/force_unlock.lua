@@ -9,6 +9,9 @@
 -- ARGV[2]  prefix of the fair waiters' wake channels
 -- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
+-- ARGV[4]  for one side of a read-write lock, "read" or "write": the lock
+--          is deleted only while that side holds it (a writer holds it, or
+--          readers without a writer); "" for any other lock
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash; nothing is deleted
@@ -27,6 +30,19 @@ if kind == 'none' then
 end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
+end
+if ARGV[4] == 'read' or ARGV[4] == 'write' then
+  local writer, readers = false, false
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(f, 1, 1) ~= ':' then
+      if string.sub(f, -2) == ':r' then readers = true else writer = true end
+    end
+  end
+  local held = writer
+  if ARGV[4] == 'read' then held = readers and not writer end
+  if not held then
+    return 0
+  end
 end
 redis.call('DEL', KEYS[1])
 redis.pcall(publish, KEYS[2], ARGV[1])

@@ -507,6 +507,12 @@ impl Node {
                     UNLOCK_MESSAGE.into(),
                     keys.wake_prefix.as_str().into(),
                     self.publish().into(),
+                    match keys.kind {
+                        crate::keys::Kind::Read => "read",
+                        crate::keys::Kind::Write => "write",
+                        _ => "",
+                    }
+                    .into(),
                 ],
                 self.command_timeout,
             )
@@ -601,13 +607,22 @@ impl Node {
             "none" => Ok(false),
             // A read-write lock's hash may be left with waiting writers'
             // marks only: held means an owner field is there.
+            // A read-write lock's side is locked while that side holds it: a
+            // writer, or any reader (the writer's own reads too). Its hash
+            // may also hold waiting writers' marks only.
             "hash" if matches!(keys.kind, crate::keys::Kind::Read | crate::keys::Kind::Write) => {
                 let fields: Vec<String> = self
                     .client
                     .hkeys(&keys.lock)
                     .await
                     .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
-                Ok(fields.iter().any(|f| !f.starts_with(':')))
+                let owners = fields.iter().filter(|f| !f.starts_with(':'));
+                let writer = owners.clone().any(|f| !f.ends_with(crate::keys::READ_SUFFIX));
+                let readers = owners.clone().any(|f| f.ends_with(crate::keys::READ_SUFFIX));
+                Ok(match keys.kind {
+                    crate::keys::Kind::Write => writer,
+                    _ => readers,
+                })
             }
             "hash" => Ok(true),
             other => Err(Error::WrongType {

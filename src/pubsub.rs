@@ -409,6 +409,11 @@ impl Interest {
         self.chan.payload.lock().take()
     }
 
+    /// A handle that wakes one more of this client's waits on the channel.
+    pub(crate) fn nudge(&self) -> Nudge {
+        Nudge(self.chan.clone())
+    }
+
     /// Whether other waits of this client listen on the channel too.
     pub(crate) fn shared(&self) -> bool {
         self.ps.channels.lock().get(&self.name).is_some_and(|e| e.refs > 1)
@@ -418,6 +423,17 @@ impl Interest {
     /// attempt it guards.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.chan.notify.notified()
+    }
+}
+
+/// Wakes one more wait of a channel (see [`Interest::nudge`]): a wait that
+/// got a share of a lock others can share too passes the message on.
+#[derive(Clone)]
+pub(crate) struct Nudge(Arc<Channel>);
+
+impl Nudge {
+    pub(crate) fn wake_next(&self) {
+        self.0.notify.notify_one();
     }
 }
 

@@ -297,7 +297,7 @@ async fn waiters_of_either_side_wake_on_the_unlock() {
         let w = b.rw_lock("wake").unwrap().write();
         let writer = tokio::spawn(async move { w.lock().await });
         assert!(eventually(Duration::from_secs(5), || marks(&server, "wake") == 1).await);
-        assert!(a.rw_lock("wake").unwrap().write().is_locked().await.unwrap());
+        assert!(a.rw_lock("wake").unwrap().read().is_locked().await.unwrap());
         let t = Instant::now();
         r.unlock().await.unwrap();
         let wg = tokio::time::timeout(Duration::from_secs(5), writer)
@@ -570,6 +570,164 @@ async fn write_read_write_reentrancy_and_force_unlock() {
             .await
             .expect("the reader learns its hold is gone");
         g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Redisson's read-write scenarios on lock state: each side's `is_locked`,
+/// and each side's force-unlock acting only while that side holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_side_reports_and_force_unlocks_its_own_holds() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("sides").unwrap();
+        let w = rw.write().lock().await.unwrap();
+        assert!(
+            !rw.read().is_locked().await.unwrap(),
+            "a writer alone: the read side is free"
+        );
+        assert!(rw.write().is_locked().await.unwrap());
+        let r = rw.read().lock().await.unwrap();
+        assert!(rw.read().is_locked().await.unwrap(), "the writer reads");
+        r.unlock().await.unwrap();
+        assert!(rw.write().is_locked().await.unwrap());
+        assert!(
+            !rw.read().force_unlock().await.unwrap(),
+            "no reader: the read side's force-unlock does nothing"
+        );
+        assert!(rw.write().is_locked().await.unwrap());
+        w.unlock().await.unwrap();
+        assert!(!rw.write().is_locked().await.unwrap());
+
+        let r = rw.read().lock().await.unwrap();
+        assert!(
+            !rw.write().force_unlock().await.unwrap(),
+            "no writer: the write side's force-unlock does nothing"
+        );
+        assert!(rw.read().is_locked().await.unwrap());
+        assert!(rw.read().force_unlock().await.unwrap());
+        assert!(!rw.read().is_locked().await.unwrap());
+        assert!(matches!(r.unlock().await, Err(lockwarden::Error::NotHeld { .. })));
+    })
+    .await
+}
+
+/// Redisson's read lease scenarios, scaled down: each reader's lease is its
+/// own (a second reader coming and going does not extend the first's), and
+/// a writer waiting behind fixed-lease readers gets in when the last one's
+/// lease ends, not later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_reader_lease_is_its_own() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let started = Instant::now();
+        let first = c
+            .rw_lock("leases")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Duration::from_millis(800))
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let second = other
+            .rw_lock("leases")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Duration::from_millis(2000))
+            .await
+            .unwrap()
+            .unwrap();
+        second.unlock().await.unwrap();
+        std::mem::forget(first);
+        let w = other.rw_lock("leases").unwrap().write();
+        let g = w
+            .try_lock(Duration::from_secs(10), LONG)
+            .await
+            .unwrap()
+            .expect("the first reader's lease ended");
+        let at = started.elapsed();
+        assert!(
+            at >= Duration::from_millis(700) && at < Duration::from_secs(3),
+            "writer in after {at:?}"
+        );
+        g.unlock().await.unwrap();
+
+        // Two fixed-lease readers, a writer waiting: it gets in when the
+        // longer lease ends, not at the shorter one.
+        let started = Instant::now();
+        let long = c
+            .rw_lock("leases2")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Duration::from_millis(1500))
+            .await
+            .unwrap()
+            .unwrap();
+        let short = other
+            .rw_lock("leases2")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Duration::from_millis(500))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(long);
+        std::mem::forget(short);
+        let third = client(&server.url(), LONG).await;
+        let g = third
+            .rw_lock("leases2")
+            .unwrap()
+            .write()
+            .try_lock(Duration::from_secs(10), LONG)
+            .await
+            .unwrap()
+            .expect("both leases ended");
+        let at = started.elapsed();
+        assert!(
+            at >= Duration::from_millis(1400) && at < Duration::from_secs(4),
+            "writer in after {at:?}"
+        );
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Redisson's write-then-many-readers scenario: 20 readers of one client
+/// wait behind a writer; its unlock lets all of them in together (each
+/// reader that gets in passes the wake-up to the next), not one per unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_leaving_lets_every_waiting_reader_in_together() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let w = other.rw_lock("crowd").unwrap().write().lock().await.unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let (r, inside) = (c.rw_lock("crowd").unwrap().read(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = r.lock().await.unwrap();
+                inside.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                g.unlock().await.unwrap();
+            }));
+        }
+        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        w.unlock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(1), || inside.load(Ordering::SeqCst) == 20).await,
+            "{} of 20 readers in within a second",
+            inside.load(Ordering::SeqCst)
+        );
+        for t in tasks {
+            t.await.unwrap();
+        }
     })
     .await
 }
