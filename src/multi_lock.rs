@@ -42,6 +42,25 @@ impl MultiLock {
         self.locks.iter().map(Lock::name).collect()
     }
 
+    /// Whether the current task (the owner) holds every one of the locks,
+    /// as Redis sees it now.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::hold_count`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        for lock in &self.locks {
+            if !lock.is_held_by_current_task().await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Takes every lock, waiting as long as it takes, with the watchdog
     /// lease on each.
     ///

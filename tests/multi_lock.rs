@@ -189,3 +189,51 @@ async fn a_quorum_of_masters_holds_every_name() {
     })
     .await
 }
+
+/// Redisson's multi-lock scenarios: held by the current task while held,
+/// not after; and of ten callers trying at once without waiting, exactly
+/// one gets all the names (the others hold nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn held_by_the_current_task_and_one_of_ten_tries_wins() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let m = c.multi_lock(&["l1", "l2", "l3"]).unwrap();
+        let g = m.lock().await.unwrap();
+        assert!(m.is_held_by_current_task().await.unwrap());
+        let elsewhere = {
+            let m = m.clone();
+            tokio::spawn(async move { m.is_held_by_current_task().await.unwrap() })
+        };
+        assert!(!elsewhere.await.unwrap(), "another task does not hold them");
+        g.unlock().await.unwrap();
+        assert!(!m.is_held_by_current_task().await.unwrap());
+
+        let start = Arc::new(tokio::sync::Barrier::new(10));
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let c = client(&server.url(), LONG).await;
+            let start = start.clone();
+            tasks.push(tokio::spawn(async move {
+                let m = c.multi_lock(&["t1", "t2", "t3"]).unwrap();
+                start.wait().await;
+                let g = m.try_lock(Duration::ZERO, Duration::from_secs(10)).await.unwrap();
+                (g, c)
+            }));
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            let (g, c) = t.await.unwrap();
+            if let Some(g) = g {
+                winners.push((g, c));
+            }
+        }
+        assert_eq!(winners.len(), 1, "exactly one caller got all three");
+        for name in ["t1", "t2", "t3"] {
+            assert_eq!(server.owners(name).len(), 1, "{name}: held once, by the winner");
+        }
+        let (g, _c) = winners.pop().unwrap();
+        g.unlock().await.unwrap();
+    })
+    .await
+}

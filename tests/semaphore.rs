@@ -331,3 +331,40 @@ async fn a_key_of_another_type_is_refused_and_left_alone() {
     })
     .await
 }
+
+/// Redisson's permit-expirable scenarios: a permit whose lease ended cannot
+/// be released (it is reported lost, and `release` says not held), and its
+/// permit is free for others at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_permit_is_lost_and_its_release_says_so() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let sem = c.semaphore("expire", 1).unwrap();
+        let p = sem
+            .try_acquire(Duration::ZERO, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        tokio::time::timeout(Duration::from_secs(3), p.lost())
+            .await
+            .expect("lost at its lease's end");
+        assert!(p.is_lost());
+        // The holder counts it lost a little before the server's deadline
+        // (the drift allowance); the server frees it at the deadline.
+        let started = Instant::now();
+        while sem.available_permits().await.unwrap() != 1 {
+            assert!(started.elapsed() < Duration::from_secs(2), "free again on the server");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(matches!(p.release().await, Err(Error::NotHeld { .. })));
+        let again = sem
+            .try_acquire(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("taken again");
+        again.release().await.unwrap();
+    })
+    .await
+}
