@@ -40,6 +40,13 @@
 //!   ([`ClientBuilder::fair_waiter_timeout`], 5 s); one that stops
 //!   refreshing (its process died) is evicted after it. A waiter that gives
 //!   up (timeout, dropped future) leaves the queue at once.
+//! - [`Client::rw_lock`]: a [`RwLock`], many readers or one writer, each
+//!   side a [`Lock`]. Each read hold has its own lease; waiting writers hold
+//!   new readers back.
+//! - [`Client::semaphore`]: a [`Semaphore`] of N permits whose holds expire
+//!   ([`Permit`]); one server, Sentinel or Cluster only.
+//! - [`Client::multi_lock`]: a [`MultiLock`], several names taken together
+//!   or not at all, without deadlock between callers.
 //! - Reentrancy is per owner: by default the current tokio task. Share a
 //!   hold across tasks with [`LockGuard::owner`] and [`Lock::with_owner`].
 //!
