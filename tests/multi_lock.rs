@@ -237,3 +237,31 @@ async fn held_by_the_current_task_and_one_of_ten_tries_wins() {
     })
     .await
 }
+
+/// The watchdog keeps every name of a multi-lock held past its lease, and
+/// a name lost (force-unlocked) shows in the guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_every_name_and_a_loss_shows() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), Duration::from_millis(600)).await;
+        let g = c.multi_lock(&["w1", "w2"]).unwrap().lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert!(!g.is_lost(), "renewed past three leases");
+        for name in ["w1", "w2"] {
+            assert_eq!(server.owners(name).len(), 1, "{name} still held");
+        }
+        assert!(c.lock("w2").unwrap().force_unlock().await.unwrap());
+        tokio::time::timeout(Duration::from_secs(3), g.lost())
+            .await
+            .expect("the loss of w2 shows");
+        assert!(g.is_lost());
+        assert!(g.unlock().await.is_err(), "w2 is not held any more");
+        assert_eq!(
+            server.cmd(&["EXISTS", "w1"]).as_int(),
+            Some(0),
+            "w1 released all the same"
+        );
+    })
+    .await
+}
