@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{percentile_ms, RedisServer};
 
 const READERS: usize = 8;
 const HOLD: Duration = Duration::from_micros(500);
@@ -41,20 +41,13 @@ struct Row {
     violations: u64,
 }
 
-fn commands(server: &RedisServer) -> u64 {
-    server
-        .info_field("stats", "total_commands_processed")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// One row: `rw` uses the read-write lock, otherwise every task takes the
 /// reentrant lock (readers exclude each other too).
 async fn row(server: &RedisServer, rw: bool, secs: f64) -> Row {
     let name = format!("rw-bench-{}", if rw { "rw" } else { "plain" });
     let shared = Arc::new(Shared::default());
     let end = Instant::now() + Duration::from_secs_f64(secs);
-    let before = commands(server);
+    let before = server.commands_processed();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..READERS {
@@ -116,17 +109,9 @@ async fn row(server: &RedisServer, rw: bool, secs: f64) -> Row {
         writes: shared.writes.load(Ordering::SeqCst),
         secs: started.elapsed().as_secs_f64(),
         write_waits,
-        cmds: commands(server) - before,
+        cmds: server.commands_processed() - before,
         violations: shared.violations.load(Ordering::SeqCst),
     }
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1e3
 }
 
 fn main() {
@@ -159,8 +144,8 @@ fn main() {
                 "{label:<11} {:>8.0} {:>8.0} {:>8.2}/{:.2}/{:.2} ms {:>9.1} {:>10}",
                 r.reads as f64 / r.secs,
                 r.writes as f64 / r.secs,
-                pct(&r.write_waits, 0.5),
-                pct(&r.write_waits, 0.99),
+                percentile_ms(&r.write_waits, 0.5),
+                percentile_ms(&r.write_waits, 0.99),
                 r.write_waits.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
                 r.cmds as f64 / acquisitions as f64,
                 r.violations

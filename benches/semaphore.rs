@@ -17,25 +17,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{percentile_ms, RedisServer};
 
 const TASKS: usize = 16;
 const HOLD: Duration = Duration::from_micros(500);
-
-fn commands(server: &RedisServer) -> u64 {
-    server
-        .info_field("stats", "total_commands_processed")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1e3
-}
 
 async fn row(server: &RedisServer, permits: u32, secs: f64) {
     let name = format!("sem-bench-{permits}");
@@ -43,7 +28,7 @@ async fn row(server: &RedisServer, permits: u32, secs: f64) {
     let most = Arc::new(AtomicUsize::new(0));
     let count = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs_f64(secs);
-    let before = commands(server);
+    let before = server.commands_processed();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
@@ -79,10 +64,10 @@ async fn row(server: &RedisServer, permits: u32, secs: f64) {
     println!(
         "{permits:>7} {:>10.0} {:>8.2}/{:.2}/{:.2} ms {:>9.1} {:>9}",
         n as f64 / secs,
-        pct(&waits, 0.5),
-        pct(&waits, 0.99),
+        percentile_ms(&waits, 0.5),
+        percentile_ms(&waits, 0.99),
         waits.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
-        (commands(server) - before) as f64 / n as f64,
+        (server.commands_processed() - before) as f64 / n as f64,
         most.load(Ordering::SeqCst)
     );
     assert!(

@@ -34,12 +34,7 @@
 -- ':wait' (with ARGV[5]).
 
 if ARGV[4] ~= '1' then
-  local rec = redis.call('GET', KEYS[3])
-  if rec then
-    local token, count = string.match(rec, '^(%d+):(%d+)$')
-    return {1, tonumber(token), tonumber(count)}
-  end
-  local replayed = replayed_take(1, 3)
+  local replayed = recorded(3) or replayed_take(1, 3)
   if replayed then return replayed end
 end
 

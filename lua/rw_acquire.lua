@@ -38,11 +38,8 @@
 -- KEYS[3], which a re-send returns.
 
 if ARGV[4] ~= '1' then
-  local rec = redis.call('GET', KEYS[3])
-  if rec then
-    local token, count = string.match(rec, '^(%d+):(%d+)$')
-    return {1, tonumber(token), tonumber(count)}
-  end
+  local replayed = recorded(3)
+  if replayed then return replayed end
 end
 
 local now = now_ms()

@@ -7,6 +7,8 @@
 --                key; any other refusal (OOM, READONLY, NOPERM, ...) is
 --                passed on as the server worded it, so a full or read-only
 --                server is never reported as a wrong type.
+-- recorded(r)    the reply {1, token, count} an acquire recorded at KEYS[r]
+--                ("<token>:<count>"), or nil when there is no record.
 -- next_token(i)  the next fencing token of the counter at KEYS[i], or nil
 --                and the refusal reply. The counter is INCRed; one that did
 --                not exist (a new lock, or a counter lost to FLUSHALL, to a
@@ -23,6 +25,13 @@ local function refused(e, i)
     return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[i])['ok'] .. ' ' .. i)
   end
   return redis.error_reply(text)
+end
+
+local function recorded(r)
+  local rec = redis.call('GET', KEYS[r])
+  if not rec then return nil end
+  local token, count = string.match(rec, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(count)}
 end
 
 local function next_token(i)

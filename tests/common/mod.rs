@@ -245,6 +245,13 @@ impl RedisServer {
             .collect()
     }
 
+    /// Every command the server ran so far (`total_commands_processed`).
+    pub fn commands_processed(&self) -> u64 {
+        self.info_field("stats", "total_commands_processed")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// A field of `INFO` (e.g. `total_commands_processed`).
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
         let info = self.cmd(&["INFO", section]);
@@ -720,6 +727,15 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The nearest-rank percentile `p` (0..=1) of `sorted`, in ms (0 when empty).
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1e3
 }
 
 /// Runs a test body with an overall bound.
