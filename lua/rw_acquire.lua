@@ -10,7 +10,8 @@
 -- ARGV[4]  "1" when this request was never sent before (its record cannot
 --          exist, and is not read), anything else on a re-send
 -- ARGV[5]  "0" when the caller only tries, anything else when it waits
---          (listening on the lock's channel) if refused
+--          (listening on the lock's channel) if refused; "2" also says
+--          other waits of its client listen, so a grant sets ':wait'
 --          (a writer then leaves its mark, see shared_rw.lua)
 -- ARGV[6]  "read" or "write": the side
 -- ARGV[7]  how long a waiting writer's mark holds new readers back, in ms
@@ -56,6 +57,11 @@ end
 local f, writer, readers = s.f, s.writer, s.readers
 
 local function grant(token, count)
+  if ARGV[5] == '2' and not f[':wait'] then
+    -- Other waits of the caller's client may still sleep: this hold's
+    -- release must wake them.
+    redis.call('HSET', KEYS[1], ':wait', '1')
+  end
   redis.call('SET', KEYS[3], string.format('%d:%d', token, count), 'PX', ARGV[3])
   return {1, token, count}
 end

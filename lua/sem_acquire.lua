@@ -10,7 +10,8 @@
 -- ARGV[3]  the semaphore's number of permits, as the caller knows it
 -- ARGV[4]  lease in ms (> 0)
 -- ARGV[5]  "0" when the caller only tries, anything else when it waits
---          (listening on the channel) if refused
+--          (listening on the channel) if refused; "2" also says other
+--          waits of its client listen, so a grant sets ':wait'
 --
 -- Returns
 --   {1, 0, 1}      granted (or granted already: a re-send finds the id)
@@ -42,6 +43,11 @@ if used + take > total then
   return {0, s.soonest or 1}
 end
 redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease))
+if ARGV[5] == '2' and not s.f[':wait'] then
+  -- Other waits of the caller's client may still sleep: this holder's
+  -- release must wake them.
+  redis.call('HSET', KEYS[1], ':wait', '1')
+end
 if s.readers > 0 then
   redis.call('PEXPIRE', KEYS[1], lease, 'GT')
 else

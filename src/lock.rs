@@ -10,9 +10,9 @@ use crate::guard::LockGuard;
 use crate::keys::{Kind, LockKeys};
 use crate::owner::{Owner, OwnerPin, Owners};
 use crate::quorum::Released;
-use crate::rw::{ReadWait, WriteWait};
+use crate::rw::WriteWait;
 use crate::settings::{check_lease, check_wait, Lease};
-use crate::wait::{Reentrant, Target};
+use crate::wait::{Reentrant, Shared, Target};
 
 /// A handle on one named reentrant lock.
 ///
@@ -461,8 +461,7 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read => crate::wait::wait(t, &pin, lease, deadline, ReadWait::default()).await,
-            Kind::Permits { .. } => crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await,
+            Kind::Read | Kind::Permits { .. } => crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await,
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }

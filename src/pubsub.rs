@@ -37,6 +37,10 @@ pub(crate) struct Channel {
     /// the plain unlock message), until its waiter takes it: a lock kind
     /// may say more to its waiters (the fair lock's direct grants).
     payload: Mutex<Option<String>>,
+    /// A message wakes every wait of this client, not one: the lock can
+    /// admit several at once, or a wait may be refused for a reason no
+    /// release will clear (a read-write lock, a semaphore).
+    wake_every_wait: AtomicBool,
 }
 
 struct Entry {
@@ -108,6 +112,7 @@ impl PubSub {
                 confirmed: AtomicBool::new(false),
                 on_server: AtomicBool::new(false),
                 payload: Mutex::new(None),
+                wake_every_wait: AtomicBool::new(false),
             }),
         });
         self.enter(channel, entry)
@@ -324,11 +329,16 @@ async fn listen(
                         // One unlock frees the lock for one taker: wake one local
                         // waiter, not all of them (if it is dropped before it
                         // tries, tokio hands the wake-up to another waiter).
+                        // Kinds that admit several at once wake them all.
                         if let Some(e) = ps.channels.lock().get(&*msg.channel) {
                             if let Some(text) = msg.value.as_str().filter(|t| t != crate::protocol::UNLOCK_MESSAGE) {
                                 *e.chan.payload.lock() = Some(text.into_owned());
                             }
-                            e.chan.notify.notify_one();
+                            if e.chan.wake_every_wait.load(Ordering::Relaxed) {
+                                e.chan.notify.notify_waiters();
+                            } else {
+                                e.chan.notify.notify_one();
+                            }
                         }
                     }
                     Err(RecvError::Lagged(n)) => {
@@ -409,9 +419,10 @@ impl Interest {
         self.chan.payload.lock().take()
     }
 
-    /// A handle that wakes one more of this client's waits on the channel.
-    pub(crate) fn nudge(&self) -> Nudge {
-        Nudge(self.chan.clone())
+    /// From now on a message on this channel wakes every wait of this
+    /// client on it (see `Channel::wake_every_wait`).
+    pub(crate) fn wake_every_wait(&self) {
+        self.chan.wake_every_wait.store(true, Ordering::Relaxed);
     }
 
     /// Whether other waits of this client listen on the channel too.
@@ -423,17 +434,6 @@ impl Interest {
     /// attempt it guards.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.chan.notify.notified()
-    }
-}
-
-/// Wakes one more wait of a channel (see [`Interest::nudge`]): a wait that
-/// got a share of a lock others can share too passes the message on.
-#[derive(Clone)]
-pub(crate) struct Nudge(Arc<Channel>);
-
-impl Nudge {
-    pub(crate) fn wake_next(&self) {
-        self.0.notify.notify_one();
     }
 }
 

@@ -3,9 +3,9 @@
 //! Both sides of a read-write lock (`crate::rw_lock::RwLock`) are lock
 //! handles on one lock hash (see `lua/shared_rw.lua` for its fields); a
 //! reader's field is its owner field followed by `:r`, so an owner's read
-//! and write holds are two holds. The read side waits with the reentrant
-//! lock's policy; the write side also keeps alive, while it waits, its mark
-//! that holds new readers back.
+//! and write holds are two holds. The read side waits with
+//! `wait::Shared`; the write side also keeps alive, while it waits, its
+//! mark that holds new readers back.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,40 +13,10 @@ use std::time::{Duration, Instant};
 
 use crate::core::Core;
 use crate::keys::LockKeys;
-use crate::pubsub::{Interest, Nudge};
+use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::wait::{leave_all, Policy, Reentrant, Request, Target};
-
-/// The read side's policy: the reentrant lock's, and a reader that got in
-/// after waiting wakes the next waiting reader of its client. A message
-/// wakes one wait per client, which is right when one holder can get in,
-/// but many readers can share: each passes the wake-up on, and one that is
-/// refused (a writer holds or waits) sleeps again.
-#[derive(Default)]
-pub(crate) struct ReadWait {
-    inner: Reentrant,
-    nudge: Option<Nudge>,
-}
-
-impl Policy for ReadWait {
-    fn request(&self) -> Request<'_> {
-        self.inner.request()
-    }
-
-    fn turn(&mut self, interest: &Interest) {
-        self.inner.turn(interest);
-        if self.nudge.is_none() {
-            self.nudge = Some(interest.nudge());
-        }
-    }
-
-    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
-        if let Some(n) = &self.nudge {
-            n.wake_next();
-        }
-    }
-}
 
 /// The write side's policy: the reentrant lock's, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
@@ -92,6 +62,8 @@ impl Policy for WriteWait {
 
     fn turn(&mut self, interest: &Interest) {
         self.inner.turn(interest);
+        // The writer shares the channel with readers (`wait::Shared`).
+        interest.wake_every_wait();
         // This turn's attempt waits, so a refusal leaves the mark.
         self.armed = true;
     }

@@ -149,6 +149,28 @@ impl Policy for Reentrant {
     }
 }
 
+/// The policy of kinds that admit several holders at once (a read-write
+/// lock's readers, a semaphore): the reentrant lock's, but a message wakes
+/// every wait of the client on the lock, not one. Several may get in
+/// together, and a wait refused for a reason no release will clear (a
+/// reader behind a writer's mark) must not take the only wake-up from a
+/// wait that could go in.
+#[derive(Default)]
+pub(crate) struct Shared {
+    inner: Reentrant,
+}
+
+impl Policy for Shared {
+    fn request(&self) -> Request<'_> {
+        self.inner.request()
+    }
+
+    fn turn(&mut self, interest: &Interest) {
+        self.inner.turn(interest);
+        interest.wake_every_wait();
+    }
+}
+
 /// Waits for the lock until `deadline` (`None`: without end), shaped by
 /// `policy`. Returns the guard, `None` when the deadline passed with the
 /// lock held by others, or the error that ended the wait.

@@ -731,3 +731,48 @@ async fn a_writer_leaving_lets_every_waiting_reader_in_together() {
     })
     .await
 }
+
+/// Waits of one client on both sides behind another client's writer: all
+/// get in by unlock messages (a hold taken while others of its client wait
+/// wakes them on release), not by the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_of_one_client_on_both_sides_get_in_by_messages() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        // A long waiter timeout: waiting writers re-check only every 20 s,
+        // so only unlock messages can get everyone in within the bound.
+        let c = lockwarden::Client::builder(&server.url())
+            .watchdog_lease(LONG)
+            .fair_waiter_timeout(Duration::from_secs(60))
+            .build()
+            .await
+            .unwrap();
+        let w = holder.rw_lock("mixed").unwrap().write().lock().await.unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let rw = c.rw_lock("mixed").unwrap();
+            let done = done.clone();
+            tasks.push(tokio::spawn(async move {
+                let lock = if i % 2 == 0 { rw.write() } else { rw.read() };
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.unlock().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        w.unlock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(8), || done.load(Ordering::SeqCst) == 4).await,
+            "{} of 4 got in by messages",
+            done.load(Ordering::SeqCst)
+        );
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+}

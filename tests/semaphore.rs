@@ -368,3 +368,40 @@ async fn an_expired_permit_is_lost_and_its_release_says_so() {
     })
     .await
 }
+
+/// Several waits of one client behind a holder of another: each gets the
+/// permit in turn by release messages (a client wakes one wait per message,
+/// so a permit taken while others of its client wait is marked to wake
+/// them on release), not by the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_of_one_client_get_the_permit_in_turn() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let c = client(&server.url(), LONG).await;
+        let p = holder.semaphore("turns", 1).unwrap().acquire().await.unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (sem, done) = (c.semaphore("turns", 1).unwrap(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let p = sem.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                p.release().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        p.release().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || done.load(Ordering::SeqCst) == 3).await,
+            "{} of 3 got the permit by release messages",
+            done.load(Ordering::SeqCst)
+        );
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+}

@@ -122,6 +122,17 @@ impl Waiting {
     pub(crate) fn waits(self) -> bool {
         self != Waiting::No
     }
+
+    /// As the scripts take it: "0" only trying, "1" waiting, "2" waiting
+    /// with other waits of the client (a hold taken then must publish its
+    /// release too: the others may still sleep).
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Waiting::No => "0",
+            Waiting::Listening => "1",
+            Waiting::WithOthers => "2",
+        }
+    }
 }
 
 /// One acquire attempt for `owner` with a lease of `lease`. `request`

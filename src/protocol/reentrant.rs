@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, Waiting, UNLOCK_MESSAGE};
+use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> =
@@ -22,12 +22,7 @@ impl Protocol for Reentrant {
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
-                match a.waiting {
-                    Waiting::No => "0",
-                    Waiting::Listening => "1",
-                    Waiting::WithOthers => "2",
-                }
-                .into(),
+                a.waiting.arg().into(),
             ],
             first_send: Some(3),
         }

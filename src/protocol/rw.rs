@@ -28,7 +28,7 @@ impl Protocol for Side {
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
-                if a.waiting.waits() { "1" } else { "0" }.into(),
+                a.waiting.arg().into(),
                 if self.read { "read" } else { "write" }.into(),
                 ms(env.waiter_timeout).into(),
             ],

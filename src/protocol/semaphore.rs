@@ -32,7 +32,7 @@ impl Protocol for Semaphore {
                 (take as i64).into(),
                 (total as i64).into(),
                 ms(a.lease).into(),
-                if a.waiting.waits() { "1" } else { "0" }.into(),
+                a.waiting.arg().into(),
             ],
             first_send: None,
         }
