@@ -66,16 +66,6 @@ local function grant(token, count)
   return {1, token, count}
 end
 
--- The hash's TTL covers the new lease; it is never shortened while other
--- holds live, and a hash without holders takes the new lease as it is.
-local function cover()
-  if writer or readers > 0 then
-    redis.call('PEXPIRE', KEYS[1], lease, 'GT')
-  else
-    redis.call('PEXPIRE', KEYS[1], lease)
-  end
-end
-
 local function refuse(hint)
   if waits and not f[':wait'] then
     redis.pcall('HSET', KEYS[1], ':wait', '1')
@@ -105,7 +95,7 @@ if read then
   local token = redis.pcall('GET', KEYS[2])
   if type(token) == 'table' then return refused(token, 2) end
   redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline)
-  cover()
+  cover(s, lease)
   return grant(tonumber(token or '0'), 1)
 end
 
@@ -128,5 +118,5 @@ local token, refusal2 = next_token(2)
 if not token then return refusal2 end
 redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token))
 redis.call('HDEL', KEYS[1], ':ww:' .. me)
-cover()
+cover(s, lease)
 return grant(token, 1)

@@ -29,9 +29,6 @@ if not others and not s.writer then
   if s.readers == 0 then
     redis.call('DEL', KEYS[1])
   end
-  if s.f[':wait'] then
-    local publish = ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
-    redis.pcall(publish, KEYS[2], ARGV[3])
-  end
+  wake_waiters(s, ARGV[2], ARGV[3])
 end
 return 1

@@ -72,9 +72,8 @@ if not writer and readers == 0 then
   keep_marks(s, now)
   wake = true
 end
-if wake and f[':wait'] then
-  local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
-  redis.pcall(publish, KEYS[2], ARGV[4])
+if wake then
+  wake_waiters(s, ARGV[6], ARGV[4])
 end
 if read or ARGV[5] == '' then
   redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])

@@ -48,9 +48,5 @@ if ARGV[5] == '2' and not s.f[':wait'] then
   -- release must wake them.
   redis.call('HSET', KEYS[1], ':wait', '1')
 end
-if s.readers > 0 then
-  redis.call('PEXPIRE', KEYS[1], lease, 'GT')
-else
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
+cover(s, lease)
 return {1, 0, 1}

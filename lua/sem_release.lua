@@ -21,8 +21,5 @@ redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1])
 if s.readers <= 1 then
   redis.call('DEL', KEYS[1])
 end
-if s.f[':wait'] then
-  local publish = ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
-  redis.pcall(publish, KEYS[2], ARGV[3])
-end
+wake_waiters(s, ARGV[2], ARGV[3])
 return 0

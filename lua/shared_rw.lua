@@ -29,6 +29,12 @@
 -- is_reader(f)      whether the owner field f is a reader's
 -- keep_marks(s, now) re-writes the live writers' marks of s into KEYS[1]
 --                   (after a DEL), with a TTL to the latest one
+-- cover(s, ms)      makes the hash's TTL cover a new hold of ms: never
+--                   shortened while s had holders, set as it is otherwise
+-- wake_waiters(s, how, message)
+--                   publishes message on KEYS[2] (SPUBLISH when how says
+--                   so) if s has ':wait' (a waiter listens); a refused
+--                   PUBLISH only leaves waiters to their lease bound
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -81,5 +87,19 @@ local function keep_marks(s, now)
   end
   if s.ww > now then
     redis.call('PEXPIRE', KEYS[1], s.ww - now)
+  end
+end
+
+local function cover(s, ms)
+  if s.writer or s.readers > 0 then
+    redis.call('PEXPIRE', KEYS[1], ms, 'GT')
+  else
+    redis.call('PEXPIRE', KEYS[1], ms)
+  end
+end
+
+local function wake_waiters(s, how, message)
+  if s.f[':wait'] then
+    redis.pcall(how == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', KEYS[2], message)
   end
 end

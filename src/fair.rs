@@ -304,27 +304,8 @@ impl QueueExit<'_> {
 
 impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            crate::wait::leave_in_background(self.t.core, self.t.keys, self.owner, self.request.take());
         }
-        let (core, keys, owner, request) = (
-            self.t.core.clone(),
-            self.t.keys.clone(),
-            self.owner.clone(),
-            self.request.take(),
-        );
-        let spawner = core.spawner().clone();
-        spawner.spawn(async move {
-            let give_up = Instant::now() + core.first().waiter_timeout;
-            let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-            while let Err(e) = crate::wait::leave_all(&core, &keys, &owner, request.as_deref()).await {
-                if Instant::now() + pause.peek() >= give_up {
-                    // The waiter timeout evicts it anyway.
-                    tracing::debug!(lock = %keys.name, error = %e, "leaving the queue failed; eviction will remove the entry");
-                    break;
-                }
-                tokio::time::sleep(pause.next()).await;
-            }
-        });
     }
 }

@@ -93,8 +93,11 @@ impl Kind {
     pub(crate) fn field(self, owner: &str) -> std::borrow::Cow<'_, str> {
         let base = owner.strip_suffix(READ_SUFFIX).unwrap_or(owner);
         match self {
-            Kind::Read => format!("{base}{READ_SUFFIX}").into(),
-            _ => base.into(),
+            Kind::Read if base.len() == owner.len() => format!("{base}{READ_SUFFIX}").into(),
+            Kind::Write => base.into(),
+            // A reader's field already, or a kind whose fields are the
+            // owner's own (a permit id ends in `:r` too).
+            _ => owner.into(),
         }
     }
 }

@@ -373,6 +373,7 @@ impl Lock {
             None => self.inner.owners.pin_current(),
         };
         if matches!(self.keys.kind, Kind::Read | Kind::Write) {
+            // (Only these kinds rewrite the field: no clone for the others.)
             pin.owner = self.sided(pin.owner.clone());
         }
         pin
@@ -381,17 +382,11 @@ impl Lock {
     /// `owner` as this handle's kind writes it: a read-write lock's reader
     /// has a field of its own (see `Kind::field`).
     fn sided(&self, owner: Owner) -> Owner {
-        if !matches!(self.keys.kind, Kind::Read | Kind::Write) {
-            return owner;
-        }
-        let field = self.keys.kind.field(&owner.field).into_owned();
-        if field == *owner.field {
-            return owner;
-        }
-        Owner {
-            id: owner.id,
-            field: field.into(),
-        }
+        let field: Arc<str> = match self.keys.kind.field(&owner.field) {
+            std::borrow::Cow::Borrowed(f) if f.len() == owner.field.len() => return owner,
+            f => f.into(),
+        };
+        Owner { id: owner.id, field }
     }
 
     pub(crate) fn labels(&self) -> crate::observe::Labels<'_> {

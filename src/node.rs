@@ -372,7 +372,9 @@ impl Node {
     /// it never learned of is given back.
     pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
         let rec = request.map(|r| crate::protocol::record(keys, r));
-        let call = crate::protocol::leave(keys, owner, rec.as_deref(), &self.env());
+        let Some(call) = crate::protocol::of(keys.kind).leave(keys, owner, rec.as_deref(), &self.env()) else {
+            return Ok(());
+        };
         let _: i64 = self.call(call, self.command_timeout).await?;
         Ok(())
     }

@@ -9,14 +9,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::core::Core;
 use crate::keys::LockKeys;
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
-use crate::runtime::Backoff;
-use crate::wait::{leave_all, Policy, Reentrant, Request, Target};
+use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Request, Target};
 
 /// The write side's policy: the reentrant lock's, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
@@ -84,23 +83,8 @@ impl Policy for WriteWait {
 
 impl Drop for WriteWait {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            leave_in_background(&self.core, &self.keys, &self.owner, None);
         }
-        let (core, keys, owner) = (self.core.clone(), self.keys.clone(), self.owner.clone());
-        let spawner = core.spawner().clone();
-        spawner.spawn(async move {
-            // The mark lapses by itself after the waiter timeout; retrying
-            // longer would be pointless.
-            let give_up = Instant::now() + core.first().waiter_timeout;
-            let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-            while let Err(e) = leave_all(&core, &keys, &owner, None).await {
-                if Instant::now() + pause.peek() >= give_up {
-                    tracing::debug!(lock = %keys.name, error = %e, "taking back a writer's mark failed; it lapses by itself");
-                    break;
-                }
-                tokio::time::sleep(pause.next()).await;
-            }
-        });
     }
 }

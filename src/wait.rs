@@ -455,10 +455,30 @@ fn lease_bound(pttl: i64) -> Duration {
 }
 
 /// Takes back on every master what a waiter's attempts left (see
-/// `protocol::leave`); fine when a majority confirmed. `request`: a fair
+/// `Protocol::leave`); fine when a majority confirmed. `request`: a fair
 /// wait's id, when it asked for direct grants.
 pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
     crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
         .await
         .map(|_| ())
+}
+
+/// [`leave_all`] in the background (a wait dropped while it had left
+/// something behind), re-sent until the server answers; it gives up once
+/// the waiter timeout has passed, when the server has dropped what the wait
+/// left anyway.
+pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner: &Arc<str>, request: Option<String>) {
+    let (core, keys, owner) = (core.clone(), keys.clone(), owner.clone());
+    let spawner = core.spawner().clone();
+    spawner.spawn(async move {
+        let give_up = Instant::now() + core.first().waiter_timeout;
+        let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref()).await {
+            if Instant::now() + pause.peek() >= give_up {
+                tracing::debug!(lock = %keys.name, error = %e, "leaving a wait failed; the waiter timeout clears what it left");
+                break;
+            }
+            tokio::time::sleep(pause.next()).await;
+        }
+    });
 }

@@ -64,19 +64,19 @@ impl Protocol for Fair {
     fn scripts(&self) -> Vec<&'static Script> {
         vec![&FAIR_ACQUIRE, &FAIR_RELEASE, &FAIR_LEAVE]
     }
-}
 
-/// A fair waiter leaves the queue (idempotent). `rec`: the record of the
-/// wait's request when it asked for direct grants, so a grant it never
-/// learned of is given back.
-pub(super) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
-    let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
-    key_list.extend(rec);
-    Call {
-        script: &FAIR_LEAVE,
-        keys: key_list,
-        args: vec![owner.into(), keys.wake_prefix.as_str().into(), env.publish.into()],
-        first_send: None,
+    /// The waiter leaves the queue. `rec`: the record of the wait's request
+    /// when it asked for direct grants, so a grant it never learned of is
+    /// given back.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
+        let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
+        key_list.extend(rec);
+        Some(Call {
+            script: &FAIR_LEAVE,
+            keys: key_list,
+            args: vec![owner.into(), keys.wake_prefix.as_str().into(), env.publish.into()],
+            first_send: None,
+        })
     }
 }
 

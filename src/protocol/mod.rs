@@ -52,17 +52,6 @@ pub(crate) use semaphore::SEM_AVAILABLE;
 
 pub(crate) use fair::worth_an_attempt;
 
-/// A waiter that stops waiting takes back what its attempts left: a fair
-/// waiter its place in the queue (and, with `rec`, the record of its wait's
-/// request: a grant it never learned of is given back), a writer of a
-/// read-write lock its mark. Idempotent.
-pub(crate) fn leave<'a>(keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Call<'a> {
-    match keys.kind {
-        Kind::Write | Kind::Read => rw::leave(keys, owner, env),
-        Kind::Fair | Kind::Reentrant | Kind::Permits { .. } => fair::leave(keys, owner, rec, env),
-    }
-}
-
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew", lua!("renew.lua")));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", lua!("status.lua")));
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
@@ -99,6 +88,25 @@ pub(crate) struct Call<'a> {
     /// script reads the request's record then.
     pub(crate) first_send: Option<usize>,
 }
+
+/// The ARGV of a release that wakes its waiters on the lock's channel
+/// (`release.lua`, `rw_release.lua`): owner, relet, record lifetime,
+/// message, token, publish command, and the first-send flag at index
+/// [`CHANNEL_RELEASE_FIRST_SEND`].
+fn channel_release_args(r: &Release<'_>, env: &Env) -> Vec<Value> {
+    vec![
+        r.owner.into(),
+        ms(r.relet).into(),
+        ms(env.record_ttl).into(),
+        UNLOCK_MESSAGE.into(),
+        token_arg(r.token),
+        env.publish.into(),
+        first_send_flag(!r.resent),
+    ]
+}
+
+/// See [`channel_release_args`].
+const CHANNEL_RELEASE_FIRST_SEND: usize = 6;
 
 /// The value of a first-send flag.
 fn first_send_flag(first: bool) -> Value {
@@ -171,6 +179,13 @@ pub(crate) trait Protocol: Sync {
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a>;
     /// The kind's own scripts, loaded at start-up.
     fn scripts(&self) -> Vec<&'static Script>;
+    /// A waiter that stops waiting takes back what its attempts left (a
+    /// fair waiter its place in the queue and, with `rec`, a grant it never
+    /// learned of; a writer of a read-write lock its mark). Idempotent.
+    /// `None`: the kind's attempts leave nothing behind.
+    fn leave<'a>(&self, _keys: &'a LockKeys, _owner: &str, _rec: Option<&'a str>, _env: &Env) -> Option<Call<'a>> {
+        None
+    }
 }
 
 /// The protocol of `kind`.

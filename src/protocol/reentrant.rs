@@ -2,7 +2,10 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use super::{
+    channel_release_args, first_send_flag, ms, Acquire, Call, Env, Protocol, Release, Script,
+    CHANNEL_RELEASE_FIRST_SEND,
+};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> =
@@ -32,16 +35,8 @@ impl Protocol for Reentrant {
         Call {
             script: &RELEASE,
             keys: vec![&keys.lock, &keys.channel, rec, &keys.token],
-            args: vec![
-                r.owner.into(),
-                ms(r.relet).into(),
-                ms(env.record_ttl).into(),
-                UNLOCK_MESSAGE.into(),
-                token_arg(r.token),
-                env.publish.into(),
-                first_send_flag(!r.resent),
-            ],
-            first_send: Some(6),
+            args: channel_release_args(r, env),
+            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
         }
     }
 

@@ -3,7 +3,10 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use super::{
+    channel_release_args, first_send_flag, ms, Acquire, Call, Env, Protocol, Release, Script,
+    CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
+};
 use crate::keys::LockKeys;
 
 static RW_ACQUIRE: LazyLock<Script> =
@@ -40,30 +43,22 @@ impl Protocol for Side {
         Call {
             script: &RW_RELEASE,
             keys: vec![&keys.lock, &keys.channel, rec],
-            args: vec![
-                r.owner.into(),
-                ms(r.relet).into(),
-                ms(env.record_ttl).into(),
-                UNLOCK_MESSAGE.into(),
-                token_arg(r.token),
-                env.publish.into(),
-                first_send_flag(!r.resent),
-            ],
-            first_send: Some(6),
+            args: channel_release_args(r, env),
+            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
         }
     }
 
     fn scripts(&self) -> Vec<&'static Script> {
         vec![&RW_ACQUIRE, &RW_RELEASE, &RW_LEAVE]
     }
-}
 
-/// A waiting writer gives up: its mark goes (idempotent).
-pub(super) fn leave<'a>(keys: &'a LockKeys, owner: &str, env: &Env) -> Call<'a> {
-    Call {
-        script: &RW_LEAVE,
-        keys: vec![&keys.lock, &keys.channel],
-        args: vec![owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
-        first_send: None,
+    /// A waiting writer gives up: its mark goes. Readers leave nothing.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &str, _rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
+        (!self.read).then(|| Call {
+            script: &RW_LEAVE,
+            keys: vec![&keys.lock, &keys.channel],
+            args: vec![owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
+            first_send: None,
+        })
     }
 }
