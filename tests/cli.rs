@@ -750,6 +750,24 @@ fn permit_runs_are_at_most_n_at_once_and_multi_name_runs_take_all() {
         .filter_map(|l| l.trim().parse().ok())
         .collect();
     assert_eq!(seen.len(), 5);
+    // While a permit run holds one, `status` lists it as a permit.
+    let mut holder = cli(&server);
+    let holder = holder
+        .args(["run", "pool", "--permits", "2", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually_sync(Duration::from_secs(10), || server
+        .cmd(&["EXISTS", "pool"])
+        .as_int()
+        == Some(1)));
+    let mut c = cli(&server);
+    c.args(["status", "pool"]);
+    let o = run(c, Duration::from_secs(30));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("permit ") && out.contains("(1 permits in use)"), "{out}");
+    assert_eq!(code(&wait(holder, Duration::from_secs(30))), 0);
     assert_eq!(seen.iter().max(), Some(&2), "two at once, never three: {seen:?}");
     assert!(!dir.join("bad").exists(), "LOCKWARDEN_PERMIT set");
 

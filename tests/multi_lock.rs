@@ -149,7 +149,13 @@ async fn a_dropped_call_leaves_nothing_held() {
         // And dropped at any point of an uncontended call.
         for i in 0..30u64 {
             let m = c.multi_lock(&["n1", "n2", "n3"]).unwrap();
-            let call = tokio::spawn(async move { m.lock().await.map(drop) });
+            let call = tokio::spawn(async move {
+                if i % 2 == 0 {
+                    m.lock().await.map(drop)
+                } else {
+                    m.try_lock(Duration::from_secs(5), LONG).await.map(drop)
+                }
+            });
             tokio::time::sleep(Duration::from_micros(100 * (i % 10))).await;
             call.abort();
             let _ = call.await;

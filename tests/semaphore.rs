@@ -222,7 +222,18 @@ async fn a_dropped_acquire_leaves_no_permit() {
         // Dropped at every point of an uncontended acquire.
         for i in 0..50u64 {
             let sem = b.semaphore("drop", 1).unwrap();
-            let call = tokio::spawn(async move { sem.acquire().await.map(std::mem::forget) });
+            // Every acquiring call, in turn.
+            let call = tokio::spawn(async move {
+                let p = match i % 3 {
+                    0 => sem.acquire().await,
+                    1 => sem.acquire_many(1).await,
+                    _ => sem
+                        .try_acquire_many(1, Duration::from_secs(5), None)
+                        .await
+                        .map(Option::unwrap),
+                };
+                p.map(std::mem::forget)
+            });
             tokio::time::sleep(Duration::from_micros(50 * (i % 10))).await;
             call.abort();
             if let Ok(Ok(())) = call.await {
