@@ -224,9 +224,10 @@ async fn a_dropped_acquire_leaves_no_permit() {
             let sem = b.semaphore("drop", 1).unwrap();
             // Every acquiring call, in turn.
             let call = tokio::spawn(async move {
-                let p = match i % 3 {
+                let p = match i % 4 {
                     0 => sem.acquire().await,
                     1 => sem.acquire_many(1).await,
+                    2 => sem.try_acquire(Duration::from_secs(5), None).await.map(Option::unwrap),
                     _ => sem
                         .try_acquire_many(1, Duration::from_secs(5), None)
                         .await
@@ -413,6 +414,33 @@ async fn waits_of_one_client_get_the_permit_in_turn() {
         for t in tasks {
             t.await.unwrap();
         }
+    })
+    .await
+}
+
+/// A dropped `Permit` gives its permits back in the background, long
+/// before its 30 s lease would, and its renewals stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_permit_is_given_back() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let sem = c.semaphore("dropped", 2).unwrap();
+        let p = sem.acquire_many(2).await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        drop(p);
+        assert!(
+            eventually(Duration::from_secs(5), || server.cmd(&["EXISTS", "dropped"]).as_int()
+                == Some(0))
+            .await,
+            "given back: {:?}",
+            server.cmd(&["HGETALL", "dropped"])
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || c.held_locks() == 0).await,
+            "renewals stopped"
+        );
+        assert_eq!(sem.available_permits().await.unwrap(), 2);
     })
     .await
 }
