@@ -328,6 +328,7 @@ impl ClientBuilder {
                         replicas: self.min_replicas,
                         aof: self.min_aof,
                     },
+                    batch: Default::default(),
                 };
                 Arc::new(Member::new(node, i, self.rejoin_delay, quorum, spawner.clone()))
             })

@@ -5,6 +5,8 @@
 //! confirmations asked for (`WAIT`, `WAITAOF`), with no local bookkeeping.
 //! The quorum, the holds and the guard types are built on it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{Client as FredClient, ClientLike, HashesInterface, KeysInterface};
@@ -15,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 
 pub(crate) use crate::protocol::{ms, AcquireReply, ReleaseReply};
-use crate::protocol::{Call, Env, Script, Waiting, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
+use crate::protocol::{Call, Env, Script, Waiting, BATCH, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
 
 #[derive(Clone)]
 pub(crate) struct Node {
@@ -28,6 +30,72 @@ pub(crate) struct Node {
     pub(crate) waiter_timeout: Duration,
     /// What must confirm an acquisition or a renewal before it counts.
     pub(crate) confirm: Confirm,
+    /// Calls waiting to go out together (shared by the node's clones).
+    pub(crate) batch: Arc<Batch>,
+}
+
+/// The most calls one [`BATCH`] call carries.
+const MAX_BATCH: usize = 64;
+
+/// A node's calls of the batchable scripts that go out together.
+///
+/// Many tasks of one client that lock and unlock at once would each send
+/// a script call, and each call costs a write and a flush on the client
+/// and a read, a parse and a script start on the server. Instead, a call
+/// made while others of the node are under way is queued, and the first
+/// one queued starts a task that lets the tasks ready at that moment queue
+/// theirs, then sends them all in one `lua/batch.lua` call. A call made
+/// while none is under way goes out at once: a lone caller waits for
+/// nobody. Replays are unchanged: a re-sent batch clears every call's
+/// first-send flag, and each call's script finds its own record.
+#[derive(Default)]
+pub(crate) struct Batch {
+    /// Calls of the batchable scripts made and not answered yet.
+    in_flight: AtomicUsize,
+    queue: parking_lot::Mutex<Vec<Queued>>,
+}
+
+/// Counts a batchable call as under way until dropped: a direct call's
+/// until its caller is done with it, a queued call's until its reply is
+/// handed over. So while a queued call waits, every later call of the node
+/// queues behind it and goes out after it, in the same batch or a later
+/// one, even when the caller of the queued call has gone (a give-back
+/// release after a dropped acquire must reach the server after the
+/// acquire).
+struct UnderWay(Arc<Batch>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A call waiting in a [`Batch`].
+struct Queued {
+    script: &'static Script,
+    /// The script's place among the batchable ones.
+    index: usize,
+    keys: Vec<String>,
+    args: Vec<Value>,
+    first_send: Option<usize>,
+    reply: tokio::sync::oneshot::Sender<Result<(Value, bool)>>,
+    _under_way: UnderWay,
+}
+
+impl Queued {
+    /// The error of this call, from the server's.
+    fn error(&self, e: fred::error::Error, timeout: Duration) -> Error {
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        Error::from_script(self.script.op, &keys, timeout, e)
+    }
+}
+
+/// Why [`Node::send`] got no reply.
+enum Failed {
+    /// The call's time ran out.
+    Timeout,
+    /// The server's or the connection's error.
+    Redis(fred::error::Error),
 }
 
 /// The confirmations asked for after each acquisition and renewal: replicas
@@ -198,10 +266,148 @@ impl Node {
         self.call_counted(call, timeout).await.map(|(r, _)| r)
     }
 
-    /// Runs a kind's call (see [`Node::run_counted`]).
+    /// Runs a kind's call (see [`Node::run_counted`]). A call of a
+    /// batchable script (`crate::protocol::batch_index`) made while other
+    /// such calls of this node are under way goes out with the calls ready
+    /// at the same time, in one [`BATCH`] call (see [`Batch`]); alone, it
+    /// goes out at once.
     async fn call_counted<R: FromValue>(&self, call: Call<'_>, timeout: Duration) -> Result<(R, bool)> {
-        self.run_counted(call.script, &call.keys, call.args, call.first_send, timeout)
-            .await
+        let index = match crate::protocol::batch_index(call.script) {
+            // A cluster's calls go to the node of their own slot; a call
+            // with a shorter time than the client's keeps its own timer.
+            Some(i) if timeout == self.command_timeout && !self.client.is_clustered() => i,
+            _ => {
+                return self
+                    .run_counted(call.script, &call.keys, call.args, call.first_send, timeout)
+                    .await
+            }
+        };
+        let company = self.batch.in_flight.fetch_add(1, Ordering::AcqRel) > 0;
+        let under_way = UnderWay(self.batch.clone());
+        let runtime = tokio::runtime::Handle::try_current();
+        let (true, Ok(runtime)) = (company, runtime) else {
+            return self
+                .run_counted(call.script, &call.keys, call.args, call.first_send, timeout)
+                .await;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let first = {
+            let mut queue = self.batch.queue.lock();
+            queue.push(Queued {
+                script: call.script,
+                index,
+                keys: call.keys.iter().map(|k| k.to_string()).collect(),
+                args: call.args,
+                first_send: call.first_send,
+                reply: tx,
+                _under_way: under_way,
+            });
+            queue.len() == 1
+        };
+        if first {
+            let node = self.clone();
+            runtime.spawn(async move { node.flush().await });
+        }
+        let (value, resent) = rx.await.map_err(|_| Error::Connection {
+            op: call.script.op,
+            message: "the batch carrying the call was dropped".to_string(),
+        })??;
+        let reply = R::from_value(value).map_err(|e| Error::from_script(call.script.op, &call.keys, timeout, e))?;
+        Ok((reply, resent))
+    }
+
+    /// Sends the queued calls: the ones ready now go together, up to
+    /// [`MAX_BATCH`] per call.
+    async fn flush(&self) {
+        // Lets the tasks that are ready now queue their calls first.
+        tokio::task::yield_now().await;
+        let mut queued = std::mem::take(&mut *self.batch.queue.lock());
+        let mut batches = Vec::new();
+        while queued.len() > MAX_BATCH {
+            let rest = queued.split_off(MAX_BATCH);
+            batches.push(std::mem::replace(&mut queued, rest));
+        }
+        batches.push(queued);
+        futures::future::join_all(batches.into_iter().map(|b| self.send_batch(b))).await;
+    }
+
+    /// One call for `calls`, and each its own reply: what its script
+    /// returned, or its error (a refusal of one call is that call's alone;
+    /// a broken connection or a timeout is every call's).
+    async fn send_batch(&self, mut calls: Vec<Queued>) {
+        let timeout = self.command_timeout;
+        if calls.len() == 1 {
+            let c = calls.pop().expect("one call");
+            let keys: Vec<&str> = c.keys.iter().map(String::as_str).collect();
+            let reply = self
+                .run_counted::<Value>(c.script, &keys, c.args, c.first_send, timeout)
+                .await;
+            let _ = c.reply.send(reply);
+            return;
+        }
+        let n = calls.len();
+        let mut keys: Vec<&str> = Vec::new();
+        let mut args: Vec<Value> = Vec::with_capacity(1 + 3 * n + calls.iter().map(|c| c.args.len()).sum::<usize>());
+        args.push((n as i64).into());
+        for c in &calls {
+            args.push((c.index as i64).into());
+            args.push((c.keys.len() as i64).into());
+            args.push((c.args.len() as i64).into());
+        }
+        let mut first_send = Vec::new();
+        for c in calls.iter_mut() {
+            if let Some(i) = c.first_send {
+                first_send.push(args.len() + i);
+            }
+            args.append(&mut c.args);
+        }
+        for c in &calls {
+            keys.extend(c.keys.iter().map(String::as_str));
+        }
+        let sent = self.send(&BATCH, &keys, args, &first_send, timeout).await;
+        let replies: Vec<Result<(Value, bool)>> = match sent {
+            Ok((Value::Array(items), resent)) if items.len() == n => calls
+                .iter()
+                .zip(items)
+                .map(|(c, item)| match item {
+                    Value::String(text) => Err(c.error(
+                        fred::error::Error::new(fred::error::ErrorKind::Unknown, text.to_string()),
+                        timeout,
+                    )),
+                    Value::Bytes(text) => Err(c.error(
+                        fred::error::Error::new(
+                            fred::error::ErrorKind::Unknown,
+                            String::from_utf8_lossy(&text).into_owned(),
+                        ),
+                        timeout,
+                    )),
+                    value => Ok((value, resent)),
+                })
+                .collect(),
+            Ok((other, _)) => calls
+                .iter()
+                .map(|c| {
+                    Err(Error::Redis {
+                        op: c.script.op,
+                        kind: crate::error::RedisErrorKind::Other,
+                        message: format!("unexpected batch reply {other:?}"),
+                    })
+                })
+                .collect(),
+            Err(Failed::Timeout) => calls
+                .iter()
+                .map(|c| {
+                    Err(Error::Timeout {
+                        op: c.script.op,
+                        timeout,
+                    })
+                })
+                .collect(),
+            Err(Failed::Redis(e)) => calls.iter().map(|c| Err(c.error(e.clone(), timeout))).collect(),
+        };
+        for (c, reply) in calls.into_iter().zip(replies) {
+            let _ = c.reply.send(reply);
+        }
     }
 
     /// How scripts publish unlock messages: sharded pub/sub on a cluster
@@ -244,6 +450,30 @@ impl Node {
         first_send: Option<usize>,
         timeout: Duration,
     ) -> Result<(R, bool)> {
+        let first_send: &[usize] = match &first_send {
+            Some(i) => std::slice::from_ref(i),
+            None => &[],
+        };
+        match self.send(script, keys, args, first_send, timeout).await {
+            Ok((value, resent)) => R::from_value(value)
+                .map(|r| (r, resent))
+                .map_err(|e| Error::from_script(script.op, keys, timeout, e)),
+            Err(Failed::Timeout) => Err(Error::Timeout { op: script.op, timeout }),
+            Err(Failed::Redis(e)) => Err(Error::from_script(script.op, keys, timeout, e)),
+        }
+    }
+
+    /// The sending of [`Node::run_counted`]: the reply, and whether the
+    /// request was written more than once. `first_send`: the indexes in
+    /// `args` of first-send flags, cleared when the request goes again.
+    async fn send(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: Vec<Value>,
+        first_send: &[usize],
+        timeout: Duration,
+    ) -> std::result::Result<(Value, bool), Failed> {
         let deadline = Instant::now() + timeout;
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(script.sha.as_str().into());
@@ -264,7 +494,7 @@ impl Node {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout { op: script.op, timeout });
+                return Err(Failed::Timeout);
             }
             let cmd = if use_eval {
                 argv[0] = script.src.into();
@@ -275,7 +505,7 @@ impl Node {
             // The client's defaults are one attempt and `command_timeout`; per-call
             // options (a timer per call) only when the call needs less time.
             let reply = if attempt == 0 && timeout == self.command_timeout {
-                self.client.custom::<R, Value>(cmd, argv.clone()).await
+                self.client.custom::<Value, Value>(cmd, argv.clone()).await
             } else {
                 let opts = Options {
                     max_attempts: Some(1),
@@ -284,7 +514,7 @@ impl Node {
                 };
                 self.client
                     .with_options(&opts)
-                    .custom::<R, Value>(cmd, argv.clone())
+                    .custom::<Value, Value>(cmd, argv.clone())
                     .await
             };
             attempt += 1;
@@ -296,17 +526,20 @@ impl Node {
                     use_eval = true;
                 }
                 Err(e) => {
-                    let err = Error::from_script(script.op, keys, timeout, e);
+                    let broken = matches!(
+                        Error::from_redis(script.op, "", timeout, e.clone()),
+                        Error::Connection { .. }
+                    );
                     let left = deadline.saturating_duration_since(Instant::now());
-                    if !matches!(err, Error::Connection { .. }) || left <= backoff.peek() {
-                        return Err(err);
+                    if !broken || left <= backoff.peek() {
+                        return Err(Failed::Redis(e));
                     }
                     // On a cluster this is also a MOVED that fred followed
                     // once and then gave up on (one attempt): the same
                     // request goes again, now to the slot's new owner.
-                    tracing::debug!(op = script.op, error = %err, "connection broke mid-call, trying the same request again");
+                    tracing::debug!(op = script.op, error = %e, "connection broke mid-call, trying the same request again");
                     resent = true;
-                    if let Some(i) = first_send {
+                    for i in first_send {
                         argv[2 + keys.len() + i] = "0".into();
                     }
                     tokio::time::sleep(backoff.next()).await;

@@ -59,6 +59,32 @@ pub(crate) static RAISE_TOKEN: LazyLock<Script> =
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", lua!("force_unlock.lua")));
 
+/// The scripts whose calls a node may send together in one [`BATCH`]
+/// call, each by its place here: the reentrant lock's acquire and
+/// release, the calls of a client's uncontended locking.
+fn batched() -> [&'static Script; 2] {
+    [&reentrant::ACQUIRE, &reentrant::RELEASE]
+}
+
+/// The place of `script` among the batchable scripts (from 1, as the
+/// batch script's `ops` are numbered), if it is one.
+pub(crate) fn batch_index(script: &Script) -> Option<usize> {
+    batched().iter().position(|s| std::ptr::eq(*s, script)).map(|i| i + 1)
+}
+
+/// Runs several calls of the batchable scripts in one call
+/// (`lua/batch.lua`, after each batchable script wrapped as a function of
+/// its own KEYS and ARGV).
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    let mut src = String::from("local ops = {}\n");
+    for (i, script) in batched().iter().enumerate() {
+        src.push_str(&format!("ops[{}] = function(KEYS, ARGV)\n{}\nend\n", i + 1, script.src));
+    }
+    src.push_str(lua!("batch.lua"));
+    // Built once per process; scripts live as long as the program.
+    Script::new("batch", Box::leak(src.into_boxed_str()))
+});
+
 /// The fair acquire's PTTL when the lock is free but other waiters are
 /// ahead (the quorum keeps it when no master reports a holder).
 pub(crate) const FREE_BUT_QUEUED: i64 = -3;
@@ -201,7 +227,7 @@ pub(crate) fn of(kind: Kind) -> &'static dyn Protocol {
 
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
-    let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN];
+    let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN, &BATCH];
     for kind in [
         Kind::Reentrant,
         Kind::Fair,

@@ -8,9 +8,9 @@ use super::{
 };
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
+pub(super) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "acquire.lua")));
-static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_release.lua", "release.lua")));
 
 pub(super) struct Reentrant;

@@ -646,6 +646,8 @@ pub struct Proxy {
     pub port: u16,
     drop_next_reply: Arc<AtomicBool>,
     pub dropped: Arc<AtomicU64>,
+    /// Bytes passed on from clients to the server.
+    pub forwarded: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -655,10 +657,11 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let flag = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
-        let (f, d) = (flag.clone(), dropped.clone());
+        let forwarded = Arc::new(AtomicU64::new(0));
+        let (f, d, fw) = (flag.clone(), dropped.clone(), forwarded.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (f, d) = (f.clone(), d.clone());
+                let (f, d, fw) = (f.clone(), d.clone(), fw.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -673,7 +676,10 @@ impl Proxy {
                         tokio::select! {
                             n = cr.read(&mut a) => match n {
                                 Ok(0) | Err(_) => return,
-                                Ok(n) => if sw.write_all(&a[..n]).await.is_err() { return },
+                                Ok(n) => {
+                                    if sw.write_all(&a[..n]).await.is_err() { return }
+                                    fw.fetch_add(n as u64, Ordering::SeqCst);
+                                }
                             },
                             n = sr.read(&mut b) => match n {
                                 Ok(0) | Err(_) => return,
@@ -694,6 +700,7 @@ impl Proxy {
             port,
             drop_next_reply: flag,
             dropped,
+            forwarded,
             task,
         }
     }
