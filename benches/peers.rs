@@ -22,7 +22,9 @@
 //! a tenth of a second) after a short warm-up; the rows of one workload are
 //! interleaved in `LOCKWARDEN_PEERS_ROUNDS` rounds (default 2) and summed.
 //! Redis commands and CPU per pair come from `INFO commandstats` and
-//! `INFO cpu` of the servers used, read before and after each row. The
+//! `INFO cpu` of the servers used, read before and after each row; client
+//! CPU per pair from this process's own CPU time (`/proc/self/stat`), so
+//! it includes the bench's loop. The
 //! servers share the machine with the clients; pin them apart with
 //! `taskset` to compare with other runs.
 #[path = "../tests/common/mod.rs"]
@@ -59,6 +61,8 @@ struct Row {
     samples: Vec<Duration>,
     cmds: u64,
     cpu_s: f64,
+    /// CPU seconds of this process (the clients) during the row.
+    client_cpu_s: f64,
 }
 
 impl Row {
@@ -68,6 +72,7 @@ impl Row {
         self.samples.extend(other.samples);
         self.cmds += other.cmds;
         self.cpu_s += other.cpu_s;
+        self.client_cpu_s += other.client_cpu_s;
     }
 }
 
@@ -92,6 +97,20 @@ fn server_totals(servers: &[&RedisServer]) -> (u64, f64) {
     (cmds, cpu)
 }
 
+/// CPU seconds this process has used (user + system, from
+/// `/proc/self/stat`, in clock ticks of 10 ms); 0 where there is no procfs.
+fn own_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name (which is in parentheses).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Runs `tasks` tasks, each calling `pair(task)` in a loop for `secs`; the
 /// INFO calls that read the servers' totals are subtracted from the count.
 async fn measure<F, Fut>(servers: &[&RedisServer], tasks: usize, secs: f64, pair: F) -> Row
@@ -106,6 +125,7 @@ where
         pair(0).await;
     }
     let (cmds0, cpu0) = server_totals(servers);
+    let own0 = own_cpu_s();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let handles: Vec<_> = (0..tasks)
@@ -128,6 +148,7 @@ where
         samples.extend(h.await.unwrap());
     }
     let secs = start.elapsed().as_secs_f64();
+    let own1 = own_cpu_s();
     let (cmds1, cpu1) = server_totals(servers);
     Row {
         pairs: samples.len() as u64,
@@ -136,6 +157,7 @@ where
         // Two INFO calls per server read the totals once.
         cmds: (cmds1 - cmds0).saturating_sub(2 * servers.len() as u64),
         cpu_s: cpu1 - cpu0,
+        client_cpu_s: own1 - own0,
     }
 }
 
@@ -304,17 +326,18 @@ fn main() {
         .unwrap();
     let rows = rt.block_on(run(secs, rounds.max(1)));
     println!(
-        "{:<4} {:<11} {:>10} {:>9} {:>9} {:>14}",
-        "", "", "pairs/s", "p50 µs", "cmds/pair", "Redis µs/pair"
+        "{:<4} {:<11} {:>10} {:>9} {:>9} {:>14} {:>15}",
+        "", "", "pairs/s", "p50 µs", "cmds/pair", "Redis µs/pair", "client µs/pair"
     );
     for (workload, peer, mut row) in rows {
         let per_s = row.pairs as f64 / row.secs.max(1e-9);
         let p50 = p50_us(&mut row.samples);
         let pairs = row.pairs.max(1) as f64;
         println!(
-            "{workload:<4} {peer:<11} {per_s:>10.0} {p50:>9.1} {:>9.1} {:>14.1}",
+            "{workload:<4} {peer:<11} {per_s:>10.0} {p50:>9.1} {:>9.1} {:>14.1} {:>15.1}",
             row.cmds as f64 / pairs,
-            row.cpu_s * 1e6 / pairs
+            row.cpu_s * 1e6 / pairs,
+            row.client_cpu_s * 1e6 / pairs
         );
         if benching {
             println!(
@@ -322,6 +345,7 @@ fn main() {
                 serde_json::json!({
                     "workload": workload, "peer": peer, "pairs_per_s": per_s, "p50_us": p50,
                     "cmds_per_pair": row.cmds as f64 / pairs, "redis_cpu_us_per_pair": row.cpu_s * 1e6 / pairs,
+                    "client_cpu_us_per_pair": row.client_cpu_s * 1e6 / pairs,
                 })
             );
         }
