@@ -11,6 +11,17 @@ use lockwarden::Error;
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// Unlocks every guard, and checks that no lock of theirs is left.
+async fn unlock_all(server: &RedisServer, guards: Vec<lockwarden::LockGuard>) {
+    let names: Vec<String> = guards.iter().map(|g| g.name().to_string()).collect();
+    for g in guards {
+        g.unlock().await.unwrap();
+    }
+    for n in &names {
+        assert_eq!(server.cmd(&["EXISTS", n]).as_int(), Some(0), "{n} left held");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_made_together_share_script_calls() {
     bounded(Duration::from_secs(60), async {
@@ -98,12 +109,7 @@ async fn a_refused_call_in_a_batch_fails_alone() {
             Some("x"),
             "the string is untouched"
         );
-        for g in guards {
-            g.unlock().await.unwrap();
-        }
-        for n in names.iter().filter(|n| *n != "wrong") {
-            assert_eq!(server.cmd(&["EXISTS", n]).as_int(), Some(0));
-        }
+        unlock_all(&server, guards).await;
     })
     .await
 }
@@ -163,12 +169,7 @@ async fn a_batch_whose_reply_is_lost_is_sent_again_and_enters_once() {
             assert_eq!(token, Some(g.token()), "{name}: the guard's token is the hold's");
             guards.push(g);
         }
-        for g in guards {
-            g.unlock().await.unwrap();
-        }
-        for n in &names {
-            assert_eq!(server.cmd(&["EXISTS", n]).as_int(), Some(0));
-        }
+        unlock_all(&server, guards).await;
     })
     .await
 }
