@@ -206,3 +206,43 @@ async fn a_queued_call_whose_caller_left_is_given_back_after_it_runs() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_batch_to_a_hung_server_fails_in_time_and_is_undone_once_it_answers() {
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let timeout = Duration::from_millis(300);
+        let c = lockwarden::Client::builder(&server.url())
+            .command_timeout(timeout)
+            .build()
+            .await
+            .unwrap();
+        c.lock("warm").unwrap().lock().await.unwrap().unlock().await.unwrap();
+        let names: Vec<String> = (0..8).map(|i| format!("h{i}")).collect();
+        let locks: Vec<_> = names.iter().map(|n| c.lock(n).unwrap()).collect();
+        server.pause();
+        // One alone and seven in a batch (one thread), none answered.
+        let results = tokio::time::timeout(
+            timeout * 10,
+            join_all(locks.iter().map(|l| l.try_lock(Duration::ZERO, LONG))),
+        )
+        .await
+        .expect("calls to a hung server end in errors, not a hang");
+        for (name, r) in names.iter().zip(results) {
+            let e = r.expect_err("nothing answered");
+            assert!(e.is_outcome_unknown(), "{name}: {e}");
+        }
+        // The queued scripts now run and take the locks; each caller's
+        // give-back re-sends its request and releases what it took.
+        server.resume();
+        for n in &names {
+            assert!(
+                eventually(Duration::from_secs(5), || server.cmd(&["EXISTS", n]).as_int()
+                    == Some(0))
+                .await,
+                "{n}: an acquisition nobody received is held for its 30 s lease"
+            );
+        }
+    })
+    .await
+}
