@@ -11,6 +11,14 @@ use lockwarden::Error;
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// A client whose scripts are cached and connection made, so the calls a
+/// test counts are its own.
+async fn warmed(url: &str) -> lockwarden::Client {
+    let c = client(url, LONG).await;
+    c.lock("warm").unwrap().lock().await.unwrap().unlock().await.unwrap();
+    c
+}
+
 /// Unlocks every guard, and checks that no lock of theirs is left.
 async fn unlock_all(server: &RedisServer, guards: Vec<lockwarden::LockGuard>) {
     let names: Vec<String> = guards.iter().map(|g| g.name().to_string()).collect();
@@ -26,8 +34,7 @@ async fn unlock_all(server: &RedisServer, guards: Vec<lockwarden::LockGuard>) {
 async fn calls_made_together_share_script_calls() {
     bounded(Duration::from_secs(60), async {
         let server = RedisServer::start();
-        let c = client(&server.url(), LONG).await;
-        c.lock("warm").unwrap().lock().await.unwrap().unlock().await.unwrap(); // scripts cached
+        let c = warmed(&server.url()).await; // scripts cached
         let before = server.command_calls("evalsha");
         let (tasks, rounds) = (32usize, 20usize);
         let handles: Vec<_> = (0..tasks)
@@ -69,8 +76,7 @@ async fn calls_made_together_share_script_calls() {
 async fn a_refused_call_in_a_batch_fails_alone() {
     bounded(Duration::from_secs(30), async {
         let server = RedisServer::start();
-        let c = client(&server.url(), LONG).await;
-        c.lock("warm").unwrap().lock().await.unwrap().unlock().await.unwrap();
+        let c = warmed(&server.url()).await;
         server.cmd(&["SET", "wrong", "x"]);
         let mut names: Vec<String> = (0..7).map(|i| format!("ok{i}")).collect();
         names.push("wrong".to_string());
@@ -178,8 +184,7 @@ async fn a_batch_whose_reply_is_lost_is_sent_again_and_enters_once() {
 async fn a_queued_call_whose_caller_left_is_given_back_after_it_runs() {
     bounded(Duration::from_secs(30), async {
         let server = RedisServer::start();
-        let c = client(&server.url(), LONG).await;
-        c.lock("warm").unwrap().lock().await.unwrap().unlock().await.unwrap();
+        let c = warmed(&server.url()).await;
         let (a, d) = (c.lock("a").unwrap(), c.lock("d").unwrap());
         let mut first = Box::pin(a.lock());
         let mut queued = Box::pin(d.lock());
