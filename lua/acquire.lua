@@ -4,17 +4,23 @@
 -- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL;
 --          see next_token in shared.lua)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
+-- KEYS[4]  the lock's waiters list: ids of clients whose waits sleep until
+--          an unlock wakes them (see shared_wake.lua)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
 -- ARGV[3]  replay-record lifetime in ms (> 0)
 -- ARGV[4]  "1" when this request was never sent before (its record cannot
 --          exist, and is not read), anything else on a re-send
--- ARGV[5]  "0" when the caller only tries; "1" when it listens on the
---          lock's channel and waits for the unlock: a refusal then sets the
---          hash's ':wait' field, so the unlock publishes (see
---          shared_acquire.lua for the fields); "2" as "1", and other waits
---          of its client listen too (it wakes one per message), so a fresh
---          take sets ':wait' as well
+-- ARGV[5]  "0" when the caller only tries; "1" when it listens on its
+--          client's wake channel and waits for the unlock: a refusal then
+--          puts the client in KEYS[4] (once) and sets the hash's ':wait'
+--          field, so the unlock wakes a client (see shared_acquire.lua for
+--          the fields), and a fresh take sets ':wait' when other clients
+--          are in KEYS[4]; "2" as "1", and other waits of its client listen
+--          too (it wakes one per message), so a fresh take also puts the
+--          client back in KEYS[4] and sets ':wait'
+-- ARGV[6]  the caller's client id, the end of its wake channel's name
+--          (with ARGV[5] "1" or "2")
 --
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
@@ -31,7 +37,27 @@
 -- re-sent request whose record exists, or whose fresh take made the
 -- current hold, returns that reply and changes nothing, so a replayed
 -- acquire never adds a second reentry. A refusal changes nothing but
--- ':wait' (with ARGV[5]).
+-- ':wait' and KEYS[4] (with ARGV[5]). KEYS[4] lives at least as long as
+-- the lease its newest member was refused under, plus a second: each of
+-- its clients has a wait that wakes by then anyway.
+
+-- Puts the caller's client in the waiters list unless it is there, and
+-- keeps the list `ttl` ms at least. A list of another type is left alone
+-- (the waits then wake at their lease bound).
+local function listen(ttl)
+  ttl = string.format('%d', ttl + 1000)
+  local at = redis.pcall('LPOS', KEYS[4], ARGV[6])
+  if type(at) == 'table' then return end
+  if not at then
+    local n = redis.pcall('RPUSH', KEYS[4], ARGV[6])
+    if type(n) ~= 'number' then return end
+    if n == 1 then
+      redis.call('PEXPIRE', KEYS[4], ttl)
+      return
+    end
+  end
+  redis.call('PEXPIRE', KEYS[4], ttl, 'GT')
+end
 
 if ARGV[4] ~= '1' then
   local replayed = recorded(3) or replayed_take(1, 3)
@@ -44,15 +70,26 @@ end
 -- the holder's remaining lease, the reply when the lock is another's.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
-  return take(1, 2, 3, ARGV[5] == '2')
+  local waited = false
+  if ARGV[5] == '2' then
+    listen(tonumber(ARGV[2]))
+    waited = true
+  elseif ARGV[5] == '1' then
+    -- Woken while other clients sleep: this hold's unlock wakes the next.
+    waited = redis.call('EXISTS', KEYS[4]) == 1
+  end
+  return take(1, 2, 3, waited)
 end
 local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
 if got.err then return refused(got, 1) end
 if not got[1] then
-  if ARGV[5] ~= '0' and not got[3] then
-    -- A refused mark (a full server) only costs the waiter a wait to the
-    -- lease's end.
-    redis.pcall('HSET', KEYS[1], ':wait', '1')
+  if ARGV[5] ~= '0' then
+    listen(pttl >= 0 and pttl or tonumber(ARGV[2]))
+    if not got[3] then
+      -- A refused mark (a full server) only costs the waiter a wait to the
+      -- lease's end.
+      redis.pcall('HSET', KEYS[1], ':wait', '1')
+    end
   end
   return {0, pttl}
 end

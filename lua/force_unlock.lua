@@ -5,8 +5,11 @@
 -- KEYS[3]  the waiter queue (fair waiters; absent for a non-fair lock)
 -- KEYS[4]  the fair waiters' grant asks (absent for a non-fair lock): a
 --          head with an ask listens on ARGV[2] .. the wake id at its end
+-- KEYS[5]  the reentrant lock's waiters list (clients whose waits sleep,
+--          see shared_wake.lua; absent for other kinds)
 -- ARGV[1]  message to publish
--- ARGV[2]  prefix of the fair waiters' wake channels
+-- ARGV[2]  prefix of the waiters' wake channels (fair waiters, and the
+--          clients of the reentrant lock's waiters list)
 -- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
 -- ARGV[4]  for one side of a read-write lock, "read" or "write": the lock
@@ -16,8 +19,9 @@
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash; nothing is deleted
 --
--- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], and one on the wake
--- channel of the queue's head when there is one. The fencing-token counter
+-- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], one on the wake
+-- channel of the queue's head when there is one, and one to the first
+-- client of KEYS[5] that still listens (wake_next). The fencing-token counter
 -- and the queue are kept, so tokens keep increasing and fair order stays.
 -- A refused PUBLISH (an ACL without channel rights) does not undo the
 -- delete: waiters then wake at their lease bound.
@@ -52,4 +56,5 @@ if type(head) == 'string' then
   local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
   redis.pcall(publish, ARGV[2] .. wake, ARGV[1])
 end
+wake_next(5, ARGV[2], publish, ARGV[1])
 return 1

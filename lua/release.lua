@@ -1,23 +1,25 @@
 -- release: leave one level of a reentrant hold.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the lock's unlock channel
+-- KEYS[2]  the lock's waiters list (clients whose waits sleep, see
+--          shared_wake.lua)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[4]  the lock's fencing-token counter
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 --          (never shortens the current lease)
 -- ARGV[3]  replay-record lifetime in ms (> 0)
--- ARGV[4]  message to publish on KEYS[2] when the lock becomes free
+-- ARGV[4]  message to publish on the wake channel of the client woken
 -- ARGV[5]  the fencing token of the hold being released, or "" when unknown
 -- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channel shares the
 --          lock's slot), anything else for PUBLISH
 -- ARGV[7]  "1" when this request was never sent before (its record cannot
 --          exist, and is not read), anything else on a re-send
+-- ARGV[8]  prefix of the clients' wake channels (prefix .. client id)
 --
 -- Returns
---   0    released: the owner's last level was removed, and the unlock was
---        published if a listening waiter was refused during the hold
+--   0    released: the owner's last level was removed, and one sleeping
+--        client was woken if the hold was marked as waited for
 --   n>0  still held by the owner with n levels left
 --   -1   not held by this hold (expired, lost, never taken, or a newer hold of
 --        the same owner, told apart by its token): nothing changed
@@ -26,7 +28,8 @@
 --
 -- Side effects: HINCRBY -1 of the owner's field; at zero the hash (whose only
 -- owner is this one) is deleted and, when its ':wait' field says a waiter
--- listens (shared_acquire.lua), the channel is told. Nobody listens
+-- listens (shared_acquire.lua), the first client of KEYS[2] that still
+-- listens is popped and told (wake_next, shared_wake.lua). Nobody listens
 -- otherwise: a waiter's attempts after it subscribed set ':wait' when
 -- refused, and an unlock before such an attempt leaves the lock free for
 -- it. A refused
@@ -45,6 +48,6 @@ if done then
   return done
 end
 if listened then
-  redis.pcall(publish, KEYS[2], ARGV[4])
+  wake_next(2, ARGV[8], publish, ARGV[4])
 end
 return 0

@@ -81,10 +81,12 @@ impl Drop for Core {
         // Closing is async; never block in drop.
         self.spawner().spawn(async move {
             crate::sentinel::quit(&watchers).await;
+            // Subscribers first, and wake-ups they may have got passed on
+            // while the command connections are still open.
+            pubsub.quit_passing_on().await;
             for client in clients {
                 let _ = client.quit().await;
             }
-            pubsub.quit().await;
         });
     }
 }

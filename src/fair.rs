@@ -168,7 +168,7 @@ impl Policy for FairWait<'_> {
         }
     }
 
-    fn early_interest(&self, t: Target<'_>) -> Option<Interest> {
+    fn early_interest(&mut self, t: Target<'_>) -> Option<Interest> {
         self.wake
             .as_ref()
             .and_then(|_| t.core.pubsub.interest_if_subscribed(&self.channel(t)))
@@ -182,6 +182,7 @@ impl Policy for FairWait<'_> {
                 Waiting::No
             },
             grant_to: self.request.as_deref().zip(self.wake.as_ref().map(|w| w.name.as_str())),
+            wake: None,
         }
     }
 

@@ -9,6 +9,8 @@
 //! | unlock channel | `lockwarden:{PN}:channel` |
 //! | fencing-token counter | `lockwarden:{PN}:token` |
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
+//! | reentrant lock: clients whose waits sleep (list) | `lockwarden:{PN}:waiters` |
+//! | reentrant lock: one client's wake channel | `lockwarden:{PN}:wake:<client-uuid>` |
 //! | fair lock: waiter queue (list) | `lockwarden:{PN}:queue` |
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
@@ -45,6 +47,9 @@ pub(crate) struct LockKeys {
     pub token: String,
     /// `lockwarden:{PN}:req:`; a request id is appended.
     pub req_prefix: String,
+    /// Reentrant lock: the ids of clients whose waits sleep until an
+    /// unlock wakes one (`lua/shared_wake.lua`).
+    pub waiters: String,
     pub queue: String,
     pub timeouts: String,
     /// Queued waiter -> "<deadline ms> <lease ms> <record ms> <request id> <wake id>"
@@ -141,6 +146,7 @@ impl LockKeys {
             channel: format!("{base}:channel"),
             token: format!("{base}:token"),
             req_prefix: format!("{base}:req:"),
+            waiters: format!("{base}:waiters"),
             queue: format!("{base}:queue"),
             timeouts: format!("{base}:timeouts"),
             asks: format!("{base}:asks"),

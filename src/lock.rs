@@ -12,7 +12,7 @@ use crate::owner::{Owner, OwnerPin, Owners};
 use crate::quorum::Released;
 use crate::rw::WriteWait;
 use crate::settings::{check_lease, check_wait, Lease};
-use crate::wait::{Reentrant, Shared, Target};
+use crate::wait::{Shared, Target, WakeOne};
 
 /// A handle on one named reentrant lock.
 ///
@@ -68,9 +68,9 @@ impl Lock {
 
     /// Acquires the lock, waiting as long as it takes, with the watchdog lease.
     ///
-    /// Re-enters when the owner holds it already. Waiting is driven by the
-    /// unlock message on the lock's channel, bounded by the holder's
-    /// remaining lease, so a lost message only delays.
+    /// Re-enters when the owner holds it already. Waiting is driven by
+    /// wake-up messages (an unlock wakes one waiting client), bounded by the
+    /// holder's remaining lease, so a lost message only delays.
     ///
     /// # Errors
     ///
@@ -450,7 +450,7 @@ impl Lock {
             keys: &self.keys,
         };
         match self.keys.kind {
-            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, Reentrant::default()).await,
+            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t)).await,
             Kind::Fair => {
                 let will_wait = wait != Some(Duration::ZERO);
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);

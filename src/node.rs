@@ -737,7 +737,7 @@ impl Node {
         let reply: i64 = self
             .run(
                 &FORCE_UNLOCK,
-                &[&keys.lock, &keys.channel, &keys.queue, &keys.asks],
+                &[&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
                 vec![
                     UNLOCK_MESSAGE.into(),
                     keys.wake_prefix.as_str().into(),

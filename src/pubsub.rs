@@ -41,7 +41,21 @@ pub(crate) struct Channel {
     /// admit several at once, or a wait may be refused for a reason no
     /// release will clear (a read-write lock, a semaphore).
     wake_every_wait: AtomicBool,
+    /// What to do with a message that comes while no wait of this client
+    /// listens (a reentrant lock's wake channel: the message was that
+    /// unlock's only wake-up, so it is passed on), given the index of the
+    /// master it came from.
+    relay: Mutex<Option<Relay>>,
 }
+
+/// See `Channel::relay`: passes a wake-up on at the master of the index
+/// given.
+pub(crate) type Relay = Arc<dyn Fn(usize) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// How long the relay of an unsubscribed channel is kept for a message
+/// that was on its way (sent before the server took the UNSUBSCRIBE, read
+/// after the channel left the map).
+const DEPARTED: std::time::Duration = std::time::Duration::from_secs(2);
 
 struct Entry {
     refs: usize,
@@ -61,6 +75,9 @@ pub(crate) struct PubSub {
     serial: tokio::sync::Mutex<()>,
     spawner: Spawner,
     timeout: std::time::Duration,
+    /// The relays of channels unsubscribed in the last [`DEPARTED`], with
+    /// when each left.
+    departed: Mutex<Vec<(String, std::time::Instant, Relay)>>,
 }
 
 impl PubSub {
@@ -71,6 +88,7 @@ impl PubSub {
             serial: tokio::sync::Mutex::new(()),
             spawner,
             timeout,
+            departed: Mutex::new(Vec::new()),
         });
         for i in 0..ps.subs.len() {
             let weak = Arc::downgrade(&ps);
@@ -113,6 +131,7 @@ impl PubSub {
                 on_server: AtomicBool::new(false),
                 payload: Mutex::new(None),
                 wake_every_wait: AtomicBool::new(false),
+                relay: Mutex::new(None),
             }),
         });
         self.enter(channel, entry)
@@ -146,6 +165,11 @@ impl PubSub {
     /// How many channels have waiters (for tests and metrics).
     pub(crate) fn active_channels(&self) -> usize {
         self.channels.lock().values().filter(|e| e.refs > 0).count()
+    }
+
+    /// How many waits of this client listen on `channel`.
+    pub(crate) fn listeners(&self, channel: &str) -> usize {
+        self.channels.lock().get(channel).map_or(0, |e| e.refs)
     }
 
     fn wake_all(&self) {
@@ -270,8 +294,43 @@ impl PubSub {
         }
         let mut map = self.channels.lock();
         if map.get(&name).is_some_and(|e| e.refs == 0) {
-            map.remove(&name);
+            let entry = map.remove(&name).expect("checked above");
+            let relay = entry.chan.relay.lock().take();
+            if let Some(relay) = relay {
+                let now = std::time::Instant::now();
+                let mut departed = self.departed.lock();
+                departed.retain(|(n, at, _)| *n != name && now.duration_since(*at) < DEPARTED);
+                departed.push((name, now, relay));
+            }
         }
+    }
+
+    /// The relay for a message on `channel` that no wait of this client
+    /// will take: the channel lingers without waits, or left a moment ago.
+    fn relay_for(&self, channel: &str) -> Option<Relay> {
+        let now = std::time::Instant::now();
+        self.departed
+            .lock()
+            .iter()
+            .find(|(n, at, _)| n == channel && now.duration_since(*at) < DEPARTED)
+            .map(|(_, _, r)| r.clone())
+    }
+
+    /// Closes the subscriber connections, then passes on, at every master,
+    /// any wake-up that may have come to a channel with a relay in the
+    /// meantime (the client is going away: none of its waits will take
+    /// one).
+    pub(crate) async fn quit_passing_on(&self) {
+        let mut relays: Vec<Relay> = self
+            .channels
+            .lock()
+            .values()
+            .filter_map(|e| e.chan.relay.lock().clone())
+            .collect();
+        relays.extend(self.departed.lock().drain(..).map(|(_, _, r)| r));
+        self.quit().await;
+        let passes = relays.iter().flat_map(|r| (0..self.subs.len()).map(move |i| r(i)));
+        futures::future::join_all(passes).await;
     }
 
     async fn resubscribe(&self, i: usize) {
@@ -330,7 +389,11 @@ async fn listen(
                         // waiter, not all of them (if it is dropped before it
                         // tries, tokio hands the wake-up to another waiter).
                         // Kinds that admit several at once wake them all.
-                        if let Some(e) = ps.channels.lock().get(&*msg.channel) {
+                        let found = ps.channels.lock().get(&*msg.channel).map(|e| {
+                            if e.refs == 0 {
+                                // Nobody here to take it (the channel lingers).
+                                return e.chan.relay.lock().clone();
+                            }
                             if let Some(text) = msg.value.as_str().filter(|t| t != crate::protocol::UNLOCK_MESSAGE) {
                                 *e.chan.payload.lock() = Some(text.into_owned());
                             }
@@ -339,6 +402,15 @@ async fn listen(
                             } else {
                                 e.chan.notify.notify_one();
                             }
+                            None
+                        });
+                        let relay = match found {
+                            Some(relay) => relay,
+                            None => ps.relay_for(&msg.channel),
+                        };
+                        if let Some(relay) = relay {
+                            tracing::debug!(channel = %msg.channel, "a wake-up came with no wait to take it; passing it on");
+                            ps.spawner.spawn(relay(index));
                         }
                     }
                     Err(RecvError::Lagged(n)) => {
@@ -428,6 +500,15 @@ impl Interest {
     /// Whether other waits of this client listen on the channel too.
     pub(crate) fn shared(&self) -> bool {
         self.ps.channels.lock().get(&self.name).is_some_and(|e| e.refs > 1)
+    }
+
+    /// Sets what a message that comes while no wait of this client listens
+    /// does (see `Channel::relay`), unless it is set already.
+    pub(crate) fn relay_with(&self, make: impl FnOnce() -> Relay) {
+        let mut relay = self.chan.relay.lock();
+        if relay.is_none() {
+            *relay = Some(make());
+        }
     }
 
     /// A wake-up for the next message; call `enable()` on it before the

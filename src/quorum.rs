@@ -114,8 +114,9 @@ pub(crate) struct Ask<'a> {
     pub lease: Duration,
     pub request: &'a str,
     pub waiting: Waiting,
-    /// A queued fair waiter may be granted the lock directly by an unlock
-    /// (one master only: `request` is then the whole wait's id); its wake id.
+    /// The waiter's wake id: a queued fair waiter's, which may be granted
+    /// the lock directly by an unlock (one master only: `request` is then
+    /// the whole wait's id), or a reentrant lock's client id.
     pub grant: Option<&'a str>,
     /// The live hold this owner has already: (its token, its per-master
     /// tokens). A majority re-entering keeps them.

@@ -47,6 +47,9 @@ pub(crate) struct Request<'a> {
     pub(crate) waiting: Waiting,
     /// Ask for direct grants: the wait's request id, and its wake id.
     pub(crate) grant_to: Option<(&'a str, &'a str)>,
+    /// The id whose wake channel the wait listens on, when an unlock
+    /// wakes one client by it (the reentrant lock: the client's).
+    pub(crate) wake: Option<&'a str>,
 }
 
 /// The hooks through which a lock kind shapes [`wait`]. Every default is
@@ -61,7 +64,7 @@ pub(crate) trait Policy: Send {
     /// A subscription to its channel that is still open (from an earlier
     /// wait), to listen from before the first attempt; `None` subscribes
     /// after it.
-    fn early_interest(&self, _t: Target<'_>) -> Option<Interest> {
+    fn early_interest(&mut self, _t: Target<'_>) -> Option<Interest> {
         None
     }
 
@@ -140,12 +143,132 @@ impl Policy for Reentrant {
         Request {
             waiting,
             grant_to: None,
+            wake: None,
         }
     }
 
     fn turn(&mut self, interest: &Interest) {
         self.listening = true;
         self.shared = interest.shared();
+    }
+}
+
+/// The reentrant lock's policy: [`Reentrant`]'s, on a wake channel of
+/// the client's own, so that an unlock wakes one client rather than every
+/// client with a wait (`lua/shared_wake.lua`). The unlock's one wake-up
+/// must not be lost on the way: a client that gets it with no wait left to
+/// take it passes it on (the channel's relay), and so does a client whose
+/// last wait is dropped or fails after listening, since that wait may have
+/// taken it without an attempt after it.
+pub(crate) struct WakeOne {
+    inner: Reentrant,
+    core: Arc<Core>,
+    keys: Arc<LockKeys>,
+    channel: String,
+    /// The wait has listened and not taken the lock: when it stops, the
+    /// wake-up it may have taken is passed on.
+    armed: bool,
+    /// The last attempt failed (it used no wake-up).
+    failed: bool,
+}
+
+impl WakeOne {
+    pub(crate) fn new(t: Target<'_>) -> WakeOne {
+        WakeOne {
+            inner: Reentrant::default(),
+            core: t.core.clone(),
+            keys: t.keys.clone(),
+            channel: format!("{}{}", t.keys.wake_prefix, t.core.uuid),
+            armed: false,
+            failed: false,
+        }
+    }
+
+    /// Whether this wait is (or was, if it left already) its client's last
+    /// on the channel.
+    fn last(&self) -> bool {
+        self.core.pubsub.listeners(&self.channel) <= 1
+    }
+
+    /// Listens from now on: a message that finds no wait of the client is
+    /// passed on, on the master it came from.
+    fn listen(&mut self, interest: &Interest) {
+        self.inner.turn(interest);
+        self.armed = true;
+        interest.relay_with(|| {
+            // The masters, not the core: the relay outlives the core while
+            // the client closes (`PubSub::quit_passing_on`).
+            let members = self.core.members.clone();
+            let keys = self.keys.clone();
+            Arc::new(move |master: usize| {
+                let (member, keys) = (members.get(master).cloned(), keys.clone());
+                Box::pin(async move {
+                    let Some(member) = member else { return };
+                    if let Err(e) = member.node.leave(&keys, "", None).await {
+                        tracing::debug!(lock = %keys.name, error = %e, "passing a wake-up on failed; the waiters wake at their lease bound");
+                    }
+                })
+            })
+        });
+    }
+}
+
+impl Policy for WakeOne {
+    fn channel(&self, _t: Target<'_>) -> String {
+        self.channel.clone()
+    }
+
+    /// The client's channel may still be subscribed (another wait, or a
+    /// recent one): the first attempt then listens, and its refusal puts
+    /// the client in the waiters list at once.
+    fn early_interest(&mut self, t: Target<'_>) -> Option<Interest> {
+        let interest = t.core.pubsub.interest_if_subscribed(&self.channel)?;
+        self.listen(&interest);
+        Some(interest)
+    }
+
+    fn request(&self) -> Request<'_> {
+        Request {
+            wake: Some(&self.core.uuid),
+            ..self.inner.request()
+        }
+    }
+
+    fn turn(&mut self, interest: &Interest) {
+        self.listen(interest);
+        self.failed = false;
+    }
+
+    fn on_error(&mut self, _e: &Error) {
+        self.failed = true;
+    }
+
+    /// A first attempt made while listening was refused with the client
+    /// put in the waiters list: the unlock wakes it.
+    async fn first_answer_stands(&self, _t: Target<'_>, listened_early: bool) -> Result<bool> {
+        Ok(listened_early)
+    }
+
+    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
+        self.armed = false;
+    }
+
+    /// Nothing owed when the wait gives up right after an answered
+    /// attempt, which used any wake-up it had (refused, it put its client
+    /// back in the list); after a failed one the drop passes it on.
+    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
+        if !self.failed {
+            self.armed = false;
+        }
+        async {}
+    }
+}
+
+impl Drop for WakeOne {
+    fn drop(&mut self) {
+        if self.armed && self.last() {
+            leave_in_background(&self.core, &self.keys, &Arc::from(""), None);
+        }
     }
 }
 
@@ -354,7 +477,7 @@ async fn attempt<P: Policy>(
             lease: lease_d,
             request: &request,
             waiting: req.waiting,
-            grant: req.grant_to.map(|(_, w)| w),
+            grant: req.grant_to.map(|(_, w)| w).or(req.wake),
             known,
         };
         let reply = crate::quorum::acquire(&t.core.members, &ask).await;

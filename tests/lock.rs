@@ -403,7 +403,7 @@ async fn a_waiter_wakes_on_unlock_long_before_the_lease_ends() {
         assert!(
             eventually(Duration::from_secs(5), || server
                 .pubsub_channels()
-                .contains(&"lockwarden:{wake}:channel".to_string()))
+                .contains(&format!("lockwarden:{{wake}}:wake:{}", c.id())))
             .await
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -455,7 +455,7 @@ async fn a_waiter_gets_the_lock_when_its_subscriber_connection_is_killed() {
         let holder = a.lock("cut").unwrap().lock().await.unwrap();
         let lock = b.lock("cut").unwrap();
         let waiter = tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
-        let channel = "lockwarden:{cut}:channel".to_string();
+        let channel = format!("lockwarden:{{cut}}:wake:{}", b.id());
         assert!(eventually(Duration::from_secs(5), || server.pubsub_channels().contains(&channel)).await);
         // Kill every subscriber connection and unlock while it is down: the
         // message is lost.

@@ -57,7 +57,7 @@ pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("statu
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new("raise_token", lua!("shared.lua", "raise_token.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new("force_unlock", lua!("force_unlock.lua")));
+    LazyLock::new(|| Script::new("force_unlock", lua!("shared_wake.lua", "force_unlock.lua")));
 
 /// The scripts whose calls a node may send together in one [`BATCH`]
 /// call, each by its place here: the reentrant lock's acquire and
@@ -174,8 +174,9 @@ impl Waiting {
 /// caller waits for the lock if this attempt is refused, the refusal leaves
 /// a mark: a place in the queue (fair lock), or the hold's note that the
 /// unlock must publish (reentrant lock; with other waits of the client, a
-/// hold the attempt takes is noted too). `grant` (the waiter's wake id)
-/// asks for direct grants.
+/// hold the attempt takes is noted too). `grant`: the waiter's wake id; a
+/// fair waiter asks for direct grants with it, a reentrant lock's waiter
+/// (its client id) is woken by it.
 pub(crate) struct Acquire<'a> {
     pub(crate) owner: &'a str,
     pub(crate) lease: Duration,

@@ -1,17 +1,24 @@
-//! The reentrant lock's calls: `lua/acquire.lua` and `lua/release.lua`.
+//! The reentrant lock's calls: `lua/acquire.lua`, `lua/release.lua` and
+//! `lua/wake_next.lua`.
 
 use std::sync::LazyLock;
 
 use super::{
     channel_release_args, first_send_flag, ms, Acquire, Call, Env, Protocol, Release, Script,
-    CHANNEL_RELEASE_FIRST_SEND,
+    CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
 };
 use crate::keys::LockKeys;
 
 pub(super) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "acquire.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_release.lua", "release.lua")));
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "release",
+        lua!("shared.lua", "shared_release.lua", "shared_wake.lua", "release.lua"),
+    )
+});
+static WAKE_NEXT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("wake_next", lua!("shared_wake.lua", "wake_next.lua")));
 
 pub(super) struct Reentrant;
 
@@ -19,13 +26,14 @@ impl Protocol for Reentrant {
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &ACQUIRE,
-            keys: vec![&keys.lock, &keys.token, rec],
+            keys: vec![&keys.lock, &keys.token, rec, &keys.waiters],
             args: vec![
                 a.owner.into(),
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
                 a.waiting.arg().into(),
+                a.grant.unwrap_or("").into(),
             ],
             first_send: Some(3),
         }
@@ -34,13 +42,32 @@ impl Protocol for Reentrant {
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RELEASE,
-            keys: vec![&keys.lock, &keys.channel, rec, &keys.token],
-            args: channel_release_args(r, env),
+            keys: vec![&keys.lock, &keys.waiters, rec, &keys.token],
+            args: {
+                let mut args = channel_release_args(r, env);
+                args.push(keys.wake_prefix.as_str().into());
+                args
+            },
             first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
         }
     }
 
     fn scripts(&self) -> Vec<&'static Script> {
-        vec![&ACQUIRE, &RELEASE]
+        vec![&ACQUIRE, &RELEASE, &WAKE_NEXT]
+    }
+
+    /// Passes a wake-up on (`lua/wake_next.lua`): the caller's client may
+    /// have taken an unlock's only wake-up without using it.
+    fn leave<'a>(&self, keys: &'a LockKeys, _owner: &str, _rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
+        Some(Call {
+            script: &WAKE_NEXT,
+            keys: vec![&keys.lock, &keys.waiters],
+            args: vec![
+                UNLOCK_MESSAGE.into(),
+                keys.wake_prefix.as_str().into(),
+                env.publish.into(),
+            ],
+            first_send: None,
+        })
     }
 }

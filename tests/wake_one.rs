@@ -1,0 +1,249 @@
+//! An unlock of the reentrant lock wakes one waiting client, not every
+//! client with a wait, and that one wake-up is never lost on the way: a
+//! client that cannot use it passes it on, and a client that is gone is
+//! skipped.
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::Lease;
+use parking_lot::Mutex;
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// How many clients stand in the waiters list of the lock `name`.
+fn listed(server: &RedisServer, name: &str) -> i64 {
+    server
+        .cmd(&["LLEN", &format!("lockwarden:{{{name}}}:waiters")])
+        .as_int()
+        .unwrap_or(-1)
+}
+
+/// Every acquire attempt of the reentrant lock reads the lock's PTTL once
+/// (`lua/acquire.lua`), and no other script of it does.
+fn attempts(server: &RedisServer) -> u64 {
+    server.command_calls("pttl")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_unlock_wakes_one_client_and_every_wait_gets_its_turn() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("one").unwrap().lock().await.unwrap();
+        // Three clients; the first has two waits, the others one each.
+        let clients = [
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+        ];
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let wait = |i: usize| {
+            let (c, order) = (clients[i].clone(), order.clone());
+            tokio::spawn(async move {
+                let g = c.lock("one").unwrap().lock().await.unwrap();
+                order.lock().push(i);
+                g.unlock().await.unwrap();
+            })
+        };
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            tasks.push(wait(i));
+            // Each client stands in the list in the order its wait was
+            // refused.
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "one") == i as i64 + 1).await,
+                "{} clients listed",
+                i + 1
+            );
+        }
+        // A second wait of the first client: its channel is subscribed, so
+        // its first attempt listens, and its refusal leaves the list as it
+        // is (the client is in it).
+        let before = attempts(&server);
+        tasks.push(wait(0));
+        assert!(eventually(Duration::from_secs(5), || attempts(&server) > before).await);
+        assert_eq!(listed(&server, "one"), 3);
+        let before = attempts(&server);
+        held.unlock().await.unwrap();
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("a wait was stranded until its lease bound")
+                .unwrap();
+        }
+        // Four waits, four takes, and not one attempt more: every unlock
+        // woke one client, whose one wait took the lock.
+        assert_eq!(attempts(&server) - before, 4, "acquire attempts after the first unlock");
+        // The first client was put back behind the others when its first
+        // wait took the lock with the second still asleep.
+        assert_eq!(*order.lock(), vec![0, 1, 2, 0]);
+        assert_eq!(server.cmd(&["EXISTS", "lockwarden:{one}:waiters"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_client_whose_wait_gave_up_is_passed_on() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("pass").unwrap().lock().await.unwrap();
+        let (a, b) = (client(&server.url(), LONG).await, client(&server.url(), LONG).await);
+        let quitter = tokio::spawn(async move {
+            let got = a
+                .lock("pass")
+                .unwrap()
+                .try_lock(Duration::from_millis(500), Lease::Watchdog)
+                .await
+                .unwrap();
+            assert!(got.is_none(), "the lock stayed held");
+            a
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "pass") == 1).await);
+        let lock = b.lock("pass").unwrap();
+        let stayer = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "pass") == 2).await);
+        // The client that gave up is first in the list, and its channel
+        // still lingers: the unlock's one wake-up goes to it.
+        let _a = quitter.await.unwrap();
+        let unlocked = Instant::now();
+        held.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), stayer)
+            .await
+            .expect("the waiting client was never woken")
+            .unwrap();
+        assert!(
+            got - unlocked < Duration::from_secs(2),
+            "woken {:?} after the unlock, not at its lease bound",
+            got - unlocked
+        );
+    })
+    .await
+}
+
+/// Entry point of the child process of the next test: waits for the lock
+/// named in the environment and never gets it. Run by the test binary
+/// itself; returns at once in a normal test run.
+#[tokio::test]
+async fn child_waiter_entry_point() {
+    let Ok(url) = std::env::var("LOCKWARDEN_TEST_CHILD_URL") else {
+        return;
+    };
+    let c = lockwarden::Client::connect(&url).await.unwrap();
+    let _g = c.lock("gone").unwrap().lock().await.unwrap();
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_is_gone_is_skipped() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("gone").unwrap().lock().await.unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["child_waiter_entry_point", "--exact", "--nocapture"])
+            .env("LOCKWARDEN_TEST_CHILD_URL", server.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || listed(&server, "gone") == 1).await,
+            "child listed"
+        );
+        let b = client(&server.url(), LONG).await;
+        let lock = b.lock("gone").unwrap();
+        let live = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "gone") == 2).await);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The server has seen the child's connections close: its wake
+        // channel has no subscriber left.
+        let mine = format!("lockwarden:{{gone}}:wake:{}", b.id());
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .pubsub_channels()
+                .into_iter()
+                .filter(|c| c.starts_with("lockwarden:{gone}:wake:"))
+                .eq([mine.clone()]))
+            .await,
+            "only the live client's wake channel is left"
+        );
+        let unlocked = Instant::now();
+        held.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), live)
+            .await
+            .expect("the live client was never woken")
+            .unwrap();
+        assert!(
+            got - unlocked < Duration::from_secs(2),
+            "woken {:?} after the unlock, not at its lease bound",
+            got - unlocked
+        );
+        assert_eq!(server.cmd(&["EXISTS", "lockwarden:{gone}:waiters"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_has_the_hold_wake_the_clients_behind_it() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("behind").unwrap().lock().await.unwrap();
+        // Kept open all along: only the dropped wait may act for it.
+        let (a, b) = (client(&server.url(), LONG).await, client(&server.url(), LONG).await);
+        let lock = a.lock("behind").unwrap();
+        let dropped = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "behind") == 1).await);
+        let lock = b.lock("behind").unwrap();
+        let stayer = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "behind") == 2).await);
+        // A hold taken by a first attempt (one that did not listen) while
+        // clients sleep is not marked: its unlock wakes nobody until a
+        // listening wait is refused. The mark is taken off by hand here, as
+        // if such a hold stood; the dropped wait, which may have taken a
+        // wake-up with it, must put the mark back.
+        server.cmd(&["HDEL", "behind", ":wait"]);
+        dropped.abort();
+        assert!(dropped.await.unwrap_err().is_cancelled());
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .cmd(&["HEXISTS", "behind", ":wait"])
+                .as_int()
+                == Some(1))
+            .await,
+            "the hold is marked again"
+        );
+        let unlocked = Instant::now();
+        held.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), stayer)
+            .await
+            .expect("the waiting client was never woken")
+            .unwrap();
+        assert!(
+            got - unlocked < Duration::from_secs(2),
+            "woken {:?} after the unlock, not at its lease bound",
+            got - unlocked
+        );
+    })
+    .await
+}
