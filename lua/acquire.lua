@@ -18,7 +18,10 @@
 --          the fields), and a fresh take sets ':wait' when other clients
 --          are in KEYS[4]; "2" as "1", and other waits of its client listen
 --          too (it wakes one per message), so a fresh take also puts the
---          client back in KEYS[4] and sets ':wait'
+--          client back in KEYS[4] and sets ':wait'; "3" and "4" as "1" and
+--          "2", for a waiter an unlock woke: refused, its client goes back
+--          to the front of KEYS[4] (it lost a race to an owner that did not
+--          wait), so it is woken next
 -- ARGV[6]  the caller's client id, the end of its wake channel's name
 --          (with ARGV[5] "1" or "2")
 --
@@ -41,15 +44,15 @@
 -- the lease its newest member was refused under, plus a second: each of
 -- its clients has a wait that wakes by then anyway.
 
--- Puts the caller's client in the waiters list unless it is there, and
--- keeps the list `ttl` ms at least. A list of another type is left alone
--- (the waits then wake at their lease bound).
-local function listen(ttl)
+-- Puts the caller's client in the waiters list unless it is there (at the
+-- front with `front`), and keeps the list `ttl` ms at least. A list of
+-- another type is left alone (the waits then wake at their lease bound).
+local function listen(ttl, front)
   ttl = string.format('%d', ttl + 1000)
   local at = redis.pcall('LPOS', KEYS[4], ARGV[6])
   if type(at) == 'table' then return end
   if not at then
-    local n = redis.pcall('RPUSH', KEYS[4], ARGV[6])
+    local n = redis.pcall(front and 'LPUSH' or 'RPUSH', KEYS[4], ARGV[6])
     if type(n) ~= 'number' then return end
     if n == 1 then
       redis.call('PEXPIRE', KEYS[4], ttl)
@@ -71,10 +74,10 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
   local waited = false
-  if ARGV[5] == '2' then
-    listen(tonumber(ARGV[2]))
+  if ARGV[5] == '2' or ARGV[5] == '4' then
+    listen(tonumber(ARGV[2]), false)
     waited = true
-  elseif ARGV[5] == '1' then
+  elseif ARGV[5] ~= '0' then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
     waited = redis.call('EXISTS', KEYS[4]) == 1
   end
@@ -84,7 +87,7 @@ local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
 if got.err then return refused(got, 1) end
 if not got[1] then
   if ARGV[5] ~= '0' then
-    listen(pttl >= 0 and pttl or tonumber(ARGV[2]))
+    listen(pttl >= 0 and pttl or tonumber(ARGV[2]), ARGV[5] == '3' or ARGV[5] == '4')
     if not got[3] then
       -- A refused mark (a full server) only costs the waiter a wait to the
       -- lease's end.

@@ -170,6 +170,10 @@ pub(crate) struct WakeOne {
     armed: bool,
     /// The last attempt failed (it used no wake-up).
     failed: bool,
+    /// A wake-up came since the last attempt; `woken_now`: the next
+    /// attempt was made for one.
+    woken: bool,
+    woken_now: bool,
 }
 
 impl WakeOne {
@@ -181,6 +185,8 @@ impl WakeOne {
             channel: format!("{}{}", t.keys.wake_prefix, t.core.uuid),
             armed: false,
             failed: false,
+            woken: false,
+            woken_now: false,
         }
     }
 
@@ -228,15 +234,33 @@ impl Policy for WakeOne {
     }
 
     fn request(&self) -> Request<'_> {
-        Request {
+        let mut request = Request {
             wake: Some(&self.core.uuid),
             ..self.inner.request()
+        };
+        if self.woken_now {
+            let others = request.waiting == Waiting::WithOthers;
+            request.waiting = Waiting::Woken { others };
         }
+        request
     }
 
     fn turn(&mut self, interest: &Interest) {
         self.listen(interest);
         self.failed = false;
+        self.woken_now = std::mem::take(&mut self.woken);
+    }
+
+    fn on_wake(
+        &mut self,
+        _t: Target<'_>,
+        _pin: &OwnerPin,
+        _lease: Lease,
+        _payload: Option<String>,
+        _sent_at: Instant,
+    ) -> Option<LockGuard> {
+        self.woken = true;
+        None
     }
 
     fn on_error(&mut self, _e: &Error) {

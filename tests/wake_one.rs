@@ -247,3 +247,40 @@ async fn a_dropped_wait_has_the_hold_wake_the_clients_behind_it() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_client_that_loses_the_race_is_woken_next() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("race").unwrap().lock().await.unwrap();
+        let (a, b) = (client(&server.url(), LONG).await, client(&server.url(), LONG).await);
+        let mut tasks = Vec::new();
+        for (i, c) in [a.clone(), b.clone()].into_iter().enumerate() {
+            tasks.push(tokio::spawn(async move {
+                let g = c.lock("race").unwrap().lock().await.unwrap();
+                g.unlock().await.unwrap();
+            }));
+            assert!(eventually(Duration::from_secs(5), || listed(&server, "race") == i as i64 + 1).await);
+        }
+        let list = "lockwarden:{race}:waiters";
+        // What an unlock does, while another owner got the lock before the
+        // woken client could: pop the first client and tell it.
+        assert_eq!(server.cmd(&["LPOP", list]).as_str(), Some(a.id()));
+        let before = attempts(&server);
+        server.cmd(&["PUBLISH", &format!("lockwarden:{{race}}:wake:{}", a.id()), "0"]);
+        // Refused, the woken client goes back to the front: it is next.
+        assert!(eventually(Duration::from_secs(5), || attempts(&server) > before).await);
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "race") == 2).await);
+        let front = server.cmd(&["LINDEX", list, "0"]);
+        assert_eq!(front.as_str(), Some(a.id()), "the woken client is first again");
+        held.unlock().await.unwrap();
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("a wait was stranded")
+                .unwrap();
+        }
+    })
+    .await
+}

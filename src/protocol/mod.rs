@@ -150,6 +150,11 @@ pub(crate) enum Waiting {
     /// It waits on, and other waits of its client listen on the same
     /// channel (the client wakes one of them per message).
     WithOthers,
+    /// As `Listening` (`others`: as `WithOthers`), and an unlock's wake-up
+    /// brought it here: refused (another owner got in first), its client
+    /// goes back to the front of the reentrant lock's waiters list, not
+    /// the end, so it is the one woken next.
+    Woken { others: bool },
 }
 
 impl Waiting {
@@ -159,12 +164,16 @@ impl Waiting {
 
     /// As the scripts take it: "0" only trying, "1" waiting, "2" waiting
     /// with other waits of the client (a hold taken then must publish its
-    /// release too: the others may still sleep).
+    /// release too: the others may still sleep); "3" and "4" as "1" and
+    /// "2", woken by an unlock (only the reentrant lock's acquire tells
+    /// them apart).
     pub(crate) fn arg(self) -> &'static str {
         match self {
             Waiting::No => "0",
             Waiting::Listening => "1",
             Waiting::WithOthers => "2",
+            Waiting::Woken { others: false } => "3",
+            Waiting::Woken { others: true } => "4",
         }
     }
 }
