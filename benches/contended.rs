@@ -11,6 +11,11 @@
 //! the handoff chain waits for preempted threads; 1 thread leaves Redis a
 //! core. README reports both.
 //!
+//! W3 is also run with rslock (the Redlock crate, a dev-dependency) at its
+//! defaults, as a user would pick instead: `acquire` (which retries every
+//! 0–200 ms until it gets the lock), 30 s TTL, `unlock`; its row is
+//! `"workload":"W3","library":"rslock"`.
+//!
 //! Prints one JSON object per line.
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -49,29 +54,111 @@ fn main() {
             "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1},\"client_threads\":{threads}}}",
             ping.p50, ping.p99
         );
-        for fair in [false, true] {
+        for run in [
+            Run::Lockwarden { fair: false },
+            Run::Rslock,
+            Run::Lockwarden { fair: true },
+        ] {
             let cmds0: u64 = server
                 .info_field("stats", "total_commands_processed")
                 .unwrap()
                 .parse()
                 .unwrap();
             let u = url.clone();
-            let r = tokio::spawn(async move { workloads::contended(&u, fair, 8, duration).await })
-                .await
-                .unwrap()
-                .unwrap();
+            let r = tokio::spawn(async move {
+                match run {
+                    Run::Lockwarden { fair } => workloads::contended(&u, fair, 8, duration).await.unwrap(),
+                    Run::Rslock => rslock_w3(&u, 8, duration).await,
+                }
+            })
+            .await
+            .unwrap();
             let cmds1: u64 = server
                 .info_field("stats", "total_commands_processed")
                 .unwrap()
                 .parse()
                 .unwrap();
             let line = r.json();
+            let library = match run {
+                Run::Lockwarden { .. } => "lockwarden",
+                Run::Rslock => "rslock",
+            };
             println!(
-                "{},\"redis_cmds_per_op_incl_warmup\":{:.1}}}",
+                "{},\"library\":\"{library}\",\"redis_cmds_per_op_incl_warmup\":{:.1}}}",
                 &line[..line.len() - 1],
-                (cmds1 - cmds0) as f64 / r.ops.max(1) as f64
+                (cmds1 - cmds0) as f64 / r.all_ops.max(1) as f64
             );
             assert_eq!((r.violations, r.overlaps, r.lost_updates), (0, 0, 0), "safety");
         }
     });
+}
+
+#[derive(Clone, Copy)]
+enum Run {
+    Lockwarden { fair: bool },
+    Rslock,
+}
+
+/// W3 with rslock: `workers` workers, each with its own lock manager (its
+/// own connection), contend for one key for a 1 s warm-up plus `duration`.
+async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::Contended {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs(1);
+    let end = measure_from + duration;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let rl = rslock::LockManager::new(vec![url.to_string()]);
+        let (inside, violations, errors, counter) =
+            (inside.clone(), violations.clone(), errors.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            while Instant::now() < end {
+                let t_req = Instant::now();
+                let lock = match rl.acquire_no_guard("w3-rslock", Duration::from_secs(30)).await {
+                    Ok(l) => l,
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                let t_acq = Instant::now();
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    violations.fetch_add(1, Ordering::Relaxed);
+                }
+                let v = counter.load(Ordering::SeqCst);
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let t_rel = Instant::now();
+                rl.unlock(&lock).await;
+                holds.push(workloads::Hold {
+                    worker,
+                    t_req,
+                    t_acq,
+                    t_rel,
+                });
+            }
+            holds
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("worker panicked"));
+    }
+    workloads::analyse(
+        "W3",
+        workers,
+        (measure_from, end),
+        all,
+        errors.load(Ordering::Relaxed),
+        violations.load(Ordering::Relaxed),
+        counter.load(Ordering::SeqCst),
+    )
 }

@@ -159,8 +159,33 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
     for t in tasks {
         all.extend(t.await.expect("worker panicked"));
     }
+    Ok(analyse(
+        if fair { "W5" } else { "W3" },
+        workers,
+        (measure_from, end),
+        all,
+        errors.load(Ordering::Relaxed),
+        violations.load(Ordering::Relaxed),
+        counter.load(Ordering::SeqCst),
+    ))
+}
+
+/// The result of a contended run from every hold its workers saw; holds
+/// acquired in `window` are measured. `counter`: the shared counter each
+/// hold added one to without atomicity (fewer than the holds: lost updates).
+pub fn analyse(
+    workload: &'static str,
+    workers: usize,
+    window: (Instant, Instant),
+    mut all: Vec<Hold>,
+    errors: u64,
+    violations: u64,
+    counter: u64,
+) -> Contended {
+    let (measure_from, end) = window;
+    let duration = end - measure_from;
     let total_holds = all.len() as i64;
-    let final_counter = counter.load(Ordering::SeqCst) as i64;
+    let final_counter = counter as i64;
     all.sort_by_key(|h| h.t_acq);
     let mut overlaps = 0;
     let (mut gaps, mut xgaps, mut waits) = (Vec::new(), Vec::new(), Vec::new());
@@ -200,14 +225,14 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
         later_min_req = Some(later_min_req.map_or(h.t_req, |m| m.min(h.t_req)));
     }
     let ops = measured.len();
-    Ok(Contended {
+    Contended {
         all_ops: total_holds as usize,
-        workload: if fair { "W5" } else { "W3" },
+        workload,
         workers,
         duration_s: duration.as_secs_f64(),
         ops,
-        errors: errors.load(Ordering::Relaxed),
-        violations: violations.load(Ordering::Relaxed),
+        errors,
+        violations,
         overlaps,
         lost_updates: total_holds - final_counter,
         self_handoff_frac: if gaps.is_empty() {
@@ -221,7 +246,7 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
         per_worker_min: counted.iter().copied().min().unwrap_or(0),
         per_worker_max: counted.iter().copied().max().unwrap_or(0),
         in_request_order_frac: if ops == 0 { 0.0 } else { in_order as f64 / ops as f64 },
-    })
+    }
 }
 
 impl Contended {
