@@ -27,6 +27,32 @@ fn attempts(server: &RedisServer) -> u64 {
     server.command_calls("pttl")
 }
 
+/// A task that waits for the lock `name` with `c`, unlocks it at once and
+/// returns when it got it.
+fn waiter(c: &lockwarden::Client, name: &str) -> tokio::task::JoinHandle<Instant> {
+    let lock = c.lock(name).unwrap();
+    tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    })
+}
+
+/// The waiter got the lock soon after the unlock at `unlocked`, not at its
+/// lease bound (30 s).
+async fn woken_soon(waiter: tokio::task::JoinHandle<Instant>, unlocked: Instant) {
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiting client was never woken")
+        .unwrap();
+    assert!(
+        got - unlocked < Duration::from_secs(2),
+        "woken {:?} after the unlock, not at its lease bound",
+        got - unlocked
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_unlock_wakes_one_client_and_every_wait_gets_its_turn() {
     bounded(Duration::from_secs(60), async {
@@ -103,28 +129,14 @@ async fn a_wake_up_for_a_client_whose_wait_gave_up_is_passed_on() {
             a
         });
         assert!(eventually(Duration::from_secs(5), || listed(&server, "pass") == 1).await);
-        let lock = b.lock("pass").unwrap();
-        let stayer = tokio::spawn(async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        });
+        let stayer = waiter(&b, "pass");
         assert!(eventually(Duration::from_secs(5), || listed(&server, "pass") == 2).await);
         // The client that gave up is first in the list, and its channel
         // still lingers: the unlock's one wake-up goes to it.
         let _a = quitter.await.unwrap();
         let unlocked = Instant::now();
         held.unlock().await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(10), stayer)
-            .await
-            .expect("the waiting client was never woken")
-            .unwrap();
-        assert!(
-            got - unlocked < Duration::from_secs(2),
-            "woken {:?} after the unlock, not at its lease bound",
-            got - unlocked
-        );
+        woken_soon(stayer, unlocked).await;
     })
     .await
 }
@@ -160,13 +172,7 @@ async fn a_client_that_is_gone_is_skipped() {
             "child listed"
         );
         let b = client(&server.url(), LONG).await;
-        let lock = b.lock("gone").unwrap();
-        let live = tokio::spawn(async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        });
+        let live = waiter(&b, "gone");
         assert!(eventually(Duration::from_secs(5), || listed(&server, "gone") == 2).await);
         child.kill().unwrap();
         child.wait().unwrap();
@@ -184,15 +190,7 @@ async fn a_client_that_is_gone_is_skipped() {
         );
         let unlocked = Instant::now();
         held.unlock().await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(10), live)
-            .await
-            .expect("the live client was never woken")
-            .unwrap();
-        assert!(
-            got - unlocked < Duration::from_secs(2),
-            "woken {:?} after the unlock, not at its lease bound",
-            got - unlocked
-        );
+        woken_soon(live, unlocked).await;
         assert_eq!(server.cmd(&["EXISTS", "lockwarden:{gone}:waiters"]).as_int(), Some(0));
     })
     .await
@@ -209,13 +207,7 @@ async fn a_dropped_wait_has_the_hold_wake_the_clients_behind_it() {
         let lock = a.lock("behind").unwrap();
         let dropped = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
         assert!(eventually(Duration::from_secs(5), || listed(&server, "behind") == 1).await);
-        let lock = b.lock("behind").unwrap();
-        let stayer = tokio::spawn(async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        });
+        let stayer = waiter(&b, "behind");
         assert!(eventually(Duration::from_secs(5), || listed(&server, "behind") == 2).await);
         // A hold taken by a first attempt (one that did not listen) while
         // clients sleep is not marked: its unlock wakes nobody until a
@@ -235,15 +227,7 @@ async fn a_dropped_wait_has_the_hold_wake_the_clients_behind_it() {
         );
         let unlocked = Instant::now();
         held.unlock().await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(10), stayer)
-            .await
-            .expect("the waiting client was never woken")
-            .unwrap();
-        assert!(
-            got - unlocked < Duration::from_secs(2),
-            "woken {:?} after the unlock, not at its lease bound",
-            got - unlocked
-        );
+        woken_soon(stayer, unlocked).await;
     })
     .await
 }
