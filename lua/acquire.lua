@@ -23,7 +23,7 @@
 --          to the front of KEYS[4] (it lost a race to an owner that did not
 --          wait), so it is woken next
 -- ARGV[6]  the caller's client id, the end of its wake channel's name
---          (with ARGV[5] "1" or "2")
+--          (read when ARGV[5] is not "0")
 --
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])

@@ -4,7 +4,9 @@
 //! their sleep; the first interest subscribes, and the last one to leave
 //! unsubscribes after a short linger ([`LINGER`]), so a waiter that comes
 //! straight back finds it subscribed. Each message wakes one waiter of its
-//! channel through a [`Notify`] per channel. A lagging message stream or a
+//! channel through a [`Notify`] per channel; a message that finds no
+//! waiter of a channel with a [`Relay`] (the reentrant lock's wake
+//! channels) is passed on by it. A lagging message stream or a
 //! reconnect wakes every waiter so it re-checks, and waiters always bound
 //! their sleep by the holder's lease, so a lost message only delays them.
 //!

@@ -836,7 +836,12 @@ pub async fn renewals_go_at_risk_while_paused(builder: lockwarden::ClientBuilder
         .await
         .unwrap();
     let guard = c.lock("renewed").unwrap().lock().await.unwrap();
-    assert!(tokio::time::timeout(lease, guard.at_risk()).await.is_err(), "healthy");
+    // A lease of renewals while the replica answers leaves the hold not at
+    // risk. (One renewal may still go unconfirmed on a busy machine: a
+    // slow disk can make an `appendfsync always` write outlast the
+    // confirmation timeout. The next one clears it.)
+    tokio::time::sleep(lease).await;
+    assert!(!guard.is_at_risk() && !guard.is_lost(), "healthy");
     replica.pause();
     tokio::time::timeout(lease, guard.at_risk())
         .await
