@@ -102,40 +102,23 @@ enum Run {
 /// W3 with rslock: `workers` workers, each with its own lock manager (its
 /// own connection), contend for one key for a 1 s warm-up plus `duration`.
 async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::Contended {
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    use std::sync::Arc;
     use std::time::Instant;
 
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs(1);
-    let end = measure_from + duration;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let violations = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let counter = Arc::new(AtomicU64::new(0));
+    let race = workloads::Race::new(duration);
     let mut tasks = Vec::new();
     for worker in 0..workers {
         let rl = rslock::LockManager::new(vec![url.to_string()]);
-        let (inside, violations, errors, counter) =
-            (inside.clone(), violations.clone(), errors.clone(), counter.clone());
+        let race = race.clone();
         tasks.push(tokio::spawn(async move {
             let mut holds = Vec::new();
-            while Instant::now() < end {
+            while race.running() {
                 let t_req = Instant::now();
-                let lock = match rl.acquire_no_guard("w3-rslock", Duration::from_secs(30)).await {
-                    Ok(l) => l,
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
+                let Ok(lock) = rl.acquire_no_guard("w3-rslock", Duration::from_secs(30)).await else {
+                    race.error();
+                    continue;
                 };
                 let t_acq = Instant::now();
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    violations.fetch_add(1, Ordering::Relaxed);
-                }
-                let v = counter.load(Ordering::SeqCst);
-                counter.store(v + 1, Ordering::SeqCst);
-                inside.fetch_sub(1, Ordering::SeqCst);
+                race.critical();
                 let t_rel = Instant::now();
                 rl.unlock(&lock).await;
                 holds.push(workloads::Hold {
@@ -148,17 +131,5 @@ async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::
             holds
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("worker panicked"));
-    }
-    workloads::analyse(
-        "W3",
-        workers,
-        (measure_from, end),
-        all,
-        errors.load(Ordering::Relaxed),
-        violations.load(Ordering::Relaxed),
-        counter.load(Ordering::SeqCst),
-    )
+    race.finish("W3", tasks).await
 }

@@ -9,10 +9,11 @@
 -- ARGV[3]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
 --
--- Called by a client whose last wait on the lock stopped (gave up, or was
--- dropped) after listening, and by a client that got a wake-up with no
--- wait left to take it: either may have taken the only wake-up of an
--- unlock, so the lock would stay free while other clients sleep.
+-- Called by a client whose last wait on the lock was dropped, or failed,
+-- after listening; by a client that got a wake-up with no wait left to
+-- take it; and by a client that closes. Each may have taken the only
+-- wake-up of an unlock, so the lock would stay free while other clients
+-- sleep.
 --
 -- Returns 1 when a client was woken, 0 otherwise.
 --

@@ -406,11 +406,8 @@ async fn listen(
                             }
                             None
                         });
-                        let relay = match found {
-                            Some(relay) => relay,
-                            None => ps.relay_for(&msg.channel),
-                        };
-                        if let Some(relay) = relay {
+                        // A channel no longer in the map may have left a moment ago.
+                        if let Some(relay) = found.unwrap_or_else(|| ps.relay_for(&msg.channel)) {
                             tracing::debug!(channel = %msg.channel, "a wake-up came with no wait to take it; passing it on");
                             ps.spawner.spawn(relay(index));
                         }
@@ -501,7 +498,7 @@ impl Interest {
 
     /// Whether other waits of this client listen on the channel too.
     pub(crate) fn shared(&self) -> bool {
-        self.ps.channels.lock().get(&self.name).is_some_and(|e| e.refs > 1)
+        self.ps.listeners(&self.name) > 1
     }
 
     /// Sets what a message that comes while no wait of this client listens

@@ -186,13 +186,7 @@ async fn a_killed_waiter_delays_the_others_by_at_most_the_eviction_timeout() {
         let evict = Duration::from_secs(5); // the child uses the default
         let c = fair_client(&server.url(), evict).await;
         let holder = c.fair_lock("killed-waiter").unwrap().lock().await.unwrap();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["child_waiter_entry_point", "--exact", "--nocapture"])
-            .env("LOCKWARDEN_TEST_CHILD_URL", server.url())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = child_test("child_waiter_entry_point", &server.url());
         assert!(
             eventually(Duration::from_secs(20), || queue_len(&server, "killed-waiter") == 1).await,
             "child queued"

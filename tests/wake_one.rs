@@ -160,13 +160,7 @@ async fn a_client_that_is_gone_is_skipped() {
         let server = RedisServer::start();
         let holder = client(&server.url(), LONG).await;
         let held = holder.lock("gone").unwrap().lock().await.unwrap();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["child_waiter_entry_point", "--exact", "--nocapture"])
-            .env("LOCKWARDEN_TEST_CHILD_URL", server.url())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = child_test("child_waiter_entry_point", &server.url());
         assert!(
             eventually(Duration::from_secs(20), || listed(&server, "gone") == 1).await,
             "child listed"

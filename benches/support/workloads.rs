@@ -102,6 +102,74 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// What the workers of one contended run share: its window (a 1 s
+/// warm-up, then the measured `duration`), the critical section's checks
+/// and the error count.
+#[derive(Clone)]
+pub struct Race {
+    measure_from: Instant,
+    end: Instant,
+    inside: Arc<AtomicUsize>,
+    violations: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    /// A shared counter updated with a non-atomic read-modify-write.
+    counter: Arc<AtomicU64>,
+}
+
+impl Race {
+    pub fn new(duration: Duration) -> Race {
+        let measure_from = Instant::now() + Duration::from_secs(1);
+        Race {
+            measure_from,
+            end: measure_from + duration,
+            inside: Arc::default(),
+            violations: Arc::default(),
+            errors: Arc::default(),
+            counter: Arc::default(),
+        }
+    }
+
+    /// Whether the run goes on.
+    pub fn running(&self) -> bool {
+        Instant::now() < self.end
+    }
+
+    pub fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The critical section: a violation when another worker is inside,
+    /// and one more on the shared counter, without atomicity (only the
+    /// lock keeps it exact).
+    pub fn critical(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        let v = self.counter.load(Ordering::SeqCst);
+        self.counter.store(v + 1, Ordering::SeqCst);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits for the workers (each returns the holds it saw) and analyses
+    /// the run.
+    pub async fn finish(self, workload: &'static str, tasks: Vec<tokio::task::JoinHandle<Vec<Hold>>>) -> Contended {
+        let workers = tasks.len();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("worker panicked"));
+        }
+        analyse(
+            workload,
+            workers,
+            (self.measure_from, self.end),
+            all,
+            self.errors.load(Ordering::Relaxed),
+            self.violations.load(Ordering::Relaxed),
+            self.counter.load(Ordering::SeqCst),
+        )
+    }
+}
+
 /// W3 (`fair = false`) or W5 (`fair = true`): `workers` workers, each with
 /// its own client, contend for one key for a 1 s warm-up plus `duration`.
 pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration) -> lockwarden::Result<Contended> {
@@ -111,39 +179,26 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
         let c = Client::connect(url).await?;
         locks.push(if fair { c.fair_lock(key)? } else { c.lock(key)? });
     }
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs(1);
-    let end = measure_from + duration;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let violations = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    // A shared counter updated with a non-atomic read-modify-write.
-    let counter = Arc::new(AtomicU64::new(0));
+    let race = Race::new(duration);
     let mut tasks = Vec::new();
     for (worker, lock) in locks.into_iter().enumerate() {
-        let (inside, violations, errors, counter) =
-            (inside.clone(), violations.clone(), errors.clone(), counter.clone());
+        let race = race.clone();
         tasks.push(tokio::spawn(async move {
             let mut holds = Vec::new();
-            while Instant::now() < end {
+            while race.running() {
                 let t_req = Instant::now();
                 let guard = match lock.try_lock(Duration::from_secs(5), Lease::Watchdog).await {
                     Ok(Some(g)) => g,
                     Ok(None) | Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
+                        race.error();
                         continue;
                     }
                 };
                 let t_acq = Instant::now();
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    violations.fetch_add(1, Ordering::Relaxed);
-                }
-                let v = counter.load(Ordering::SeqCst);
-                counter.store(v + 1, Ordering::SeqCst);
-                inside.fetch_sub(1, Ordering::SeqCst);
+                race.critical();
                 let t_rel = Instant::now();
                 if guard.unlock().await.is_err() {
-                    errors.fetch_add(1, Ordering::Relaxed);
+                    race.error();
                 }
                 holds.push(Hold {
                     worker,
@@ -155,25 +210,13 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
             holds
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("worker panicked"));
-    }
-    Ok(analyse(
-        if fair { "W5" } else { "W3" },
-        workers,
-        (measure_from, end),
-        all,
-        errors.load(Ordering::Relaxed),
-        violations.load(Ordering::Relaxed),
-        counter.load(Ordering::SeqCst),
-    ))
+    Ok(race.finish(if fair { "W5" } else { "W3" }, tasks).await)
 }
 
 /// The result of a contended run from every hold its workers saw; holds
 /// acquired in `window` are measured. `counter`: the shared counter each
 /// hold added one to without atomicity (fewer than the holds: lost updates).
-pub fn analyse(
+fn analyse(
     workload: &'static str,
     workers: usize,
     window: (Instant, Instant),

@@ -746,6 +746,19 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
 }
 
 /// Runs a test body with an overall bound.
+/// Runs the test `entry` of the current test binary in a child process,
+/// with `LOCKWARDEN_TEST_CHILD_URL` set to `url` (an entry point does its
+/// work only when that is set); kill it to test a client that dies.
+pub fn child_test(entry: &str, url: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([entry, "--exact", "--nocapture"])
+        .env("LOCKWARDEN_TEST_CHILD_URL", url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 pub async fn bounded<F: std::future::Future>(limit: Duration, f: F) -> F::Output {
     tokio::time::timeout(limit, f)
         .await
