@@ -30,6 +30,9 @@
 --                      or re-entered (count > 1, token = the current hold's)
 --   {0, pttl}          held by another owner; pttl is its remaining lease in ms
 --                      (-1 when the key has no TTL)
+--   {0, pttl, place}   the same, for a listening caller (ARGV[5] not "0"):
+--                      its client's place in KEYS[4], from 0 at the front
+--                      (the client woken next)
 --   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
 --                      server's own refusal (OOM, READONLY, ...); nothing is
 --                      changed
@@ -45,21 +48,24 @@
 -- its clients has a wait that wakes by then anyway.
 
 -- Puts the caller's client in the waiters list unless it is there (at the
--- front with `front`), and keeps the list `ttl` ms at least. A list of
--- another type is left alone (the waits then wake at their lease bound).
+-- front with `front`), and keeps the list `ttl` ms at least. Returns the
+-- client's place in the list (0: the front). A list of another type is
+-- left alone (the waits then wake at their lease bound): nil.
 local function listen(ttl, front)
   ttl = string.format('%d', ttl + 1000)
   local at = redis.pcall('LPOS', KEYS[4], ARGV[6])
-  if type(at) == 'table' then return end
+  if type(at) == 'table' then return nil end
   if not at then
     local n = redis.pcall(front and 'LPUSH' or 'RPUSH', KEYS[4], ARGV[6])
-    if type(n) ~= 'number' then return end
+    if type(n) ~= 'number' then return nil end
+    at = front and 0 or n - 1
     if n == 1 then
       redis.call('PEXPIRE', KEYS[4], ttl)
-      return
+      return at
     end
   end
   redis.call('PEXPIRE', KEYS[4], ttl, 'GT')
+  return at
 end
 
 if ARGV[4] ~= '1' then
@@ -87,12 +93,13 @@ local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
 if got.err then return refused(got, 1) end
 if not got[1] then
   if ARGV[5] ~= '0' then
-    listen(pttl >= 0 and pttl or tonumber(ARGV[2]), ARGV[5] == '3' or ARGV[5] == '4')
+    local place = listen(pttl >= 0 and pttl or tonumber(ARGV[2]), ARGV[5] == '3' or ARGV[5] == '4')
     if not got[3] then
       -- A refused mark (a full server) only costs the waiter a wait to the
       -- lease's end.
       redis.pcall('HSET', KEYS[1], ':wait', '1')
     end
+    if place then return {0, pttl, place} end
   end
   return {0, pttl}
 end

@@ -22,7 +22,7 @@ use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::settings::Lease;
-use crate::wait::{Policy, Request, Target};
+use crate::wait::{Policy, Refusal, Request, Target};
 
 /// Where one grant-asking fair waiter of this client listens:
 /// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
@@ -206,8 +206,8 @@ impl Policy for FairWait<'_> {
         }
     }
 
-    fn pause(&mut self, pttl: i64, bound: Duration) -> Duration {
-        let sleep = if pttl == FREE_BUT_QUEUED {
+    fn pause(&mut self, refusal: &Refusal, bound: Duration) -> Duration {
+        let sleep = if refusal.pttl == FREE_BUT_QUEUED {
             // The head is about to take the lock; re-read soon to learn its
             // lease (an expiring lease publishes nothing). Backs off, so a
             // dead head costs a handful of attempts until it is evicted.

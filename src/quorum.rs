@@ -101,9 +101,12 @@ pub(crate) enum Attempt {
     /// Not granted. `pttl` is the smallest remaining lease the holders
     /// reported (-1: a key without TTL, -3: fair lock free but others
     /// queued). `split`: some masters granted but not a majority (rolled back).
+    /// `place`: the waiter's client's place in line to be woken, where
+    /// the masters keep one (see `AcquireReply::Held`).
     Denied {
         pttl: i64,
         split: bool,
+        place: Option<u64>,
     },
 }
 
@@ -468,6 +471,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     let mut t = Tally {
         counts: Vec::with_capacity(n),
         pttls: Vec::new(),
+        place: None,
         errors: Vec::new(),
         unknown: Vec::new(),
     };
@@ -498,6 +502,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     let Tally {
         counts,
         pttls,
+        place,
         errors,
         unknown,
     } = t;
@@ -515,7 +520,11 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
                 None => {
                     partial.undo().await;
                     crate::observe::quorum_attempt("token_write_back_failed", None);
-                    return Ok(Attempt::Denied { pttl: 0, split: true });
+                    return Ok(Attempt::Denied {
+                        pttl: 0,
+                        split: true,
+                        place: None,
+                    });
                 }
             },
         };
@@ -529,7 +538,11 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
             );
             partial.undo().await;
             crate::observe::quorum_attempt("validity_expired", None);
-            return Ok(Attempt::Denied { pttl: 0, split: true });
+            return Ok(Attempt::Denied {
+                pttl: 0,
+                split: true,
+                place: None,
+            });
         }
         partial.armed = false;
         if n > 1 {
@@ -565,6 +578,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     Ok(Attempt::Denied {
         pttl: combine_pttl(&pttls),
         split,
+        place,
     })
 }
 
@@ -574,6 +588,9 @@ struct Tally<M: NodeOps> {
     counts: Vec<(usize, u64)>,
     /// Remaining leases of the holders that refused.
     pttls: Vec<i64>,
+    /// The waiter's client's nearest place to the front among the clients
+    /// the refusing masters wake one by one.
+    place: Option<u64>,
     errors: Vec<Error>,
     /// Requests whose outcome is unknown: re-sent and undone when dropped.
     unknown: Vec<Pending<M>>,
@@ -587,7 +604,13 @@ impl<M: NodeOps> Tally<M> {
                 partial.tokens[i] = Some(token);
                 self.counts.push((i, count));
             }
-            Ok(AcquireReply::Held { pttl }) => self.pttls.push(pttl),
+            Ok(AcquireReply::Held { pttl, place }) => {
+                self.pttls.push(pttl);
+                self.place = match (self.place, place) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
             Err(e) => {
                 crate::observe::node_failure(i);
                 self.errors.push(e);
@@ -1055,7 +1078,12 @@ mod tests {
                     *c += 1;
                     *c
                 }
-                Some(_) => return Ok(AcquireReply::Held { pttl: 1000 }),
+                Some(_) => {
+                    return Ok(AcquireReply::Held {
+                        pttl: 1000,
+                        place: None,
+                    })
+                }
             };
             self.records.lock().insert(request.to_string(), (*counter, count));
             Ok(AcquireReply::Acquired { token: *counter, count })

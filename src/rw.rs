@@ -15,7 +15,7 @@ use crate::core::Core;
 use crate::keys::LockKeys;
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
-use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Request, Target};
+use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Refusal, Request, Target};
 
 /// The write side's policy: the reentrant lock's, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
@@ -67,7 +67,7 @@ impl Policy for WriteWait {
         self.armed = true;
     }
 
-    fn pause(&mut self, _pttl: i64, bound: Duration) -> Duration {
+    fn pause(&mut self, _refusal: &Refusal, bound: Duration) -> Duration {
         bound.min(self.refresh)
     }
 

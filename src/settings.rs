@@ -18,6 +18,9 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 /// The default time a wait without a deadline retries retryable errors
 /// ([`ClientBuilder::retry_transient_for`](crate::ClientBuilder::retry_transient_for)).
 pub const DEFAULT_RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(10);
+/// The default
+/// [`ClientBuilder::wake_patience`](crate::ClientBuilder::wake_patience).
+pub const DEFAULT_WAKE_PATIENCE: Duration = Duration::from_secs(1);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Shortest accepted watchdog lease: renewing every lease/3 must leave room
@@ -38,6 +41,9 @@ pub(crate) struct Settings {
     pub(crate) metric_lock_names: bool,
     /// How long a wait without a deadline retries retryable errors.
     pub(crate) retry_transient_for: Duration,
+    /// How long the first client in line for a reentrant lock sleeps at
+    /// most before it looks again on its own (more per place behind it).
+    pub(crate) wake_patience: Duration,
 }
 
 /// How long a hold lasts without being renewed.

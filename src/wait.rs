@@ -52,6 +52,19 @@ pub(crate) struct Request<'a> {
     pub(crate) wake: Option<&'a str>,
 }
 
+/// An attempt that was not granted, as the wait sees it (see
+/// `quorum::Attempt::Denied`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Refusal {
+    /// The holders' smallest remaining lease in ms (-1: a key without TTL).
+    pub(crate) pttl: i64,
+    /// Masters split between contenders, and each gave its part back.
+    pub(crate) split: bool,
+    /// The client's place in line to be woken by an unlock (0: next), when
+    /// the lock keeps such a line.
+    pub(crate) place: Option<u64>,
+}
+
 /// The hooks through which a lock kind shapes [`wait`]. Every default is
 /// the reentrant lock's behaviour.
 pub(crate) trait Policy: Send {
@@ -84,10 +97,9 @@ pub(crate) trait Policy: Send {
         async { Ok(false) }
     }
 
-    /// How long to sleep after a denial whose holders have `pttl` ms of
-    /// lease left (not after a split); `bound` is the default, the
-    /// remaining lease.
-    fn pause(&mut self, _pttl: i64, bound: Duration) -> Duration {
+    /// How long to sleep after `refusal` (not after a split); `bound` is
+    /// the default, the holders' remaining lease.
+    fn pause(&mut self, _refusal: &Refusal, bound: Duration) -> Duration {
         bound
     }
 
@@ -267,6 +279,20 @@ impl Policy for WakeOne {
         self.failed = true;
     }
 
+    /// A listed client also looks again on its own, the client's wake
+    /// patience per place from the front of the line (see
+    /// `ClientBuilder::wake_patience`): an unlock wakes one client, which
+    /// may be unable to act on it.
+    fn pause(&mut self, refusal: &Refusal, bound: Duration) -> Duration {
+        match refusal.place {
+            Some(place) => {
+                let turns = u32::try_from(place).unwrap_or(u32::MAX).saturating_add(1);
+                bound.min(self.core.settings.wake_patience.saturating_mul(turns))
+            }
+            None => bound,
+        }
+    }
+
     /// A first attempt made while listening was refused with the client
     /// put in the waiters list: the unlock wakes it.
     async fn first_answer_stands(&self, _t: Target<'_>, listened_early: bool) -> Result<bool> {
@@ -340,16 +366,16 @@ pub(crate) async fn wait<P: Policy>(
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
     let mut first = true;
-    let first_pttl = match attempt(t, pin, lease, &mut policy).await {
+    let first_refusal = match attempt(t, pin, lease, &mut policy).await {
         Ok(Ok(guard)) => return Ok(Some(guard)),
-        Ok(Err((pttl, _))) => pttl,
+        Ok(Err(refusal)) => refusal,
         Err(e) => {
             // Nothing is known of the lock: the loop's first turn makes a
             // full attempt after the pause.
             first = false;
             policy.on_error(&e);
             tokio::time::sleep(retries.after(e)?).await;
-            0
+            Refusal::default()
         }
     };
     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -398,7 +424,7 @@ pub(crate) async fn wait<P: Policy>(
         };
         first = false;
         let outcome = match unchanged {
-            Ok(true) => Ok(Err((first_pttl, false))),
+            Ok(true) => Ok(Err(first_refusal)),
             Ok(false) => {
                 sent_at = Instant::now();
                 attempt(t, pin, lease, &mut policy).await
@@ -408,17 +434,18 @@ pub(crate) async fn wait<P: Policy>(
         // A retryable failure pauses (backing off) and tries again, until
         // the deadline or the client's retry limit: a blip must not end a
         // wait that has time left.
-        let (pttl, split, pause) = match outcome {
+        let (refusal, pause) = match outcome {
             Ok(Ok(guard)) => return Ok(Some(guard)),
-            Ok(Err((pttl, split))) => {
+            Ok(Err(refusal)) => {
                 retries.answered();
-                (pttl, split, None)
+                (refusal, None)
             }
             Err(e) => {
                 policy.on_error(&e);
-                (0, false, Some(retries.after(e)?))
+                (Refusal::default(), Some(retries.after(e)?))
             }
         };
+        let split = refusal.split;
         let mut sleep;
         if split {
             // Masters granted to different contenders and each gave its
@@ -428,7 +455,7 @@ pub(crate) async fn wait<P: Policy>(
             sleep = split_backoff.next_jittered();
         } else {
             split_backoff.reset();
-            sleep = policy.pause(pttl, lease_bound(pttl));
+            sleep = policy.pause(&refusal, lease_bound(refusal.pttl));
         }
         if let Some(pause) = pause {
             sleep = pause;
@@ -468,8 +495,7 @@ pub(crate) async fn wait<P: Policy>(
 }
 
 /// One acquire attempt on every master, with what `policy` adds to the
-/// request. Returns the guard, or the holders' smallest PTTL and whether
-/// masters split between contenders.
+/// request. Returns the guard, or the refusal.
 ///
 /// Cancel safe: levels granted anywhere are released in the background if
 /// this future is dropped, and requests whose reply was lost are settled
@@ -479,7 +505,7 @@ async fn attempt<P: Policy>(
     pin: &OwnerPin,
     lease: Lease,
     policy: &mut P,
-) -> Result<std::result::Result<LockGuard, (i64, bool)>> {
+) -> Result<std::result::Result<LockGuard, Refusal>> {
     let lease_d = match lease {
         Lease::Watchdog => t.core.settings.watchdog_lease,
         Lease::Fixed(d) => d,
@@ -519,7 +545,7 @@ async fn attempt<P: Policy>(
                 lease,
             ))
         }
-        Attempt::Denied { pttl, split } => Err((pttl, split)),
+        Attempt::Denied { pttl, split, place } => Err(Refusal { pttl, split, place }),
     })
 }
 

@@ -190,6 +190,58 @@ async fn a_client_that_is_gone_is_skipped() {
     .await
 }
 
+/// Sends `signal` (`STOP`, `CONT`) to the process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_behind_a_woken_client_that_cannot_act_take_over() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("gone").unwrap().lock().await.unwrap();
+        let mut child = child_test("child_waiter_entry_point", &server.url());
+        assert!(
+            eventually(Duration::from_secs(20), || listed(&server, "gone") == 1).await,
+            "child listed"
+        );
+        // At the default patience: second in line, it looks again on its
+        // own every 2 s.
+        let b = lockwarden::Client::builder(&server.url())
+            .watchdog_lease(LONG)
+            .build()
+            .await
+            .unwrap();
+        let behind = waiter(&b, "gone");
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "gone") == 2).await);
+        let first = server.cmd(&["LINDEX", "lockwarden:{gone}:waiters", "0"]);
+        assert_ne!(first.as_str(), Some(b.id()), "the child is first in line");
+        // The child stops, its connections open: the server still counts it
+        // as listening, and the unlock's one wake-up goes to it.
+        signal(child.id(), "STOP");
+        let unlocked = Instant::now();
+        held.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), behind)
+            .await
+            .expect("the client behind waited for its lease bound")
+            .unwrap();
+        assert!(
+            got - unlocked < Duration::from_secs(5),
+            "took over {:?} after the unlock",
+            got - unlocked
+        );
+        assert_eq!(listed(&server, "gone"), 0, "the child was popped, then the other client");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_wait_has_the_hold_wake_the_clients_behind_it() {
     bounded(Duration::from_secs(60), async {

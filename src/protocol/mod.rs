@@ -255,7 +255,9 @@ pub(crate) enum AcquireReply {
     /// Held now by the caller's owner, at this reentry depth.
     Acquired { token: u64, count: u64 },
     /// Held by another owner; its remaining lease in ms (-1: no TTL).
-    Held { pttl: i64 },
+    /// `place`: a listening waiter's client's place among the clients an
+    /// unlock wakes one by one (0: woken next), when the kind keeps them.
+    Held { pttl: i64, place: Option<u64> },
 }
 
 /// What one release found.
@@ -267,14 +269,22 @@ pub(crate) enum ReleaseReply {
 }
 
 /// The reply of every kind's acquire script: `{1, token, count}` or
-/// `{0, pttl}`.
+/// `{0, pttl}`, or `{0, pttl, place}` for a listening waiter of the
+/// reentrant lock.
 pub(crate) fn acquire_reply(reply: &[i64]) -> Result<AcquireReply> {
     match reply {
         [1, token, count] => Ok(AcquireReply::Acquired {
             token: *token as u64,
             count: *count as u64,
         }),
-        [0, pttl] => Ok(AcquireReply::Held { pttl: *pttl }),
+        [0, pttl] => Ok(AcquireReply::Held {
+            pttl: *pttl,
+            place: None,
+        }),
+        [0, pttl, place] if *place >= 0 => Ok(AcquireReply::Held {
+            pttl: *pttl,
+            place: Some(*place as u64),
+        }),
         other => Err(unexpected("acquire", other)),
     }
 }

@@ -765,24 +765,33 @@ pub async fn bounded<F: std::future::Future>(limit: Duration, f: F) -> F::Output
         .expect("test exceeded its time bound")
 }
 
-/// Connects a client with a watchdog lease of `lease`.
+/// How long the test clients' waits for a reentrant lock sleep between
+/// wake-ups: longer than any test, so that only a wake message or the lease
+/// bound ends a wait (a test of a wake-up must fail without it).
+pub const NO_PATIENCE: Duration = Duration::from_secs(3600);
+
+/// Connects a client with a watchdog lease of `lease`, whose waits wake
+/// only for a message or at the lease bound (see [`NO_PATIENCE`]).
 pub async fn client(server_url: &str, lease: Duration) -> lockwarden::Client {
     lockwarden::Client::builder(server_url)
         .watchdog_lease(lease)
+        .wake_patience(NO_PATIENCE)
         .build()
         .await
         .expect("connect client")
 }
 
 /// A client for the deployment tests (cluster, sentinel): key prefix
-/// `app:`, a watchdog lease of `lease`, and fair waiters that re-check only
-/// every 30 s, so that only a wake message can end a wait early.
+/// `app:`, a watchdog lease of `lease`, fair waiters that re-check only
+/// every 30 s and reentrant waiters that never do (see [`NO_PATIENCE`]), so
+/// that only a wake message can end a wait early.
 #[allow(dead_code)]
 pub async fn app_client(url: &str, lease: Duration) -> lockwarden::Client {
     lockwarden::Client::builder(url)
         .key_prefix("app:")
         .watchdog_lease(lease)
         .fair_waiter_timeout(Duration::from_secs(90))
+        .wake_patience(NO_PATIENCE)
         .build()
         .await
         .expect("connect client")
