@@ -70,7 +70,10 @@ impl Lock {
     ///
     /// Re-enters when the owner holds it already. Waiting is driven by
     /// wake-up messages (an unlock wakes one waiting client), bounded by the
-    /// holder's remaining lease, so a lost message only delays.
+    /// holder's remaining lease, so a lost message only delays; a client
+    /// in line behind others also looks again after its
+    /// [`wake_patience`](crate::ClientBuilder::wake_patience) per place,
+    /// in case the client woken before it cannot act.
     ///
     /// # Errors
     ///
