@@ -285,10 +285,7 @@ impl Policy for WakeOne {
     /// may be unable to act on it.
     fn pause(&mut self, refusal: &Refusal, bound: Duration) -> Duration {
         match refusal.place {
-            Some(place) => {
-                let turns = u32::try_from(place).unwrap_or(u32::MAX).saturating_add(1);
-                bound.min(self.core.settings.wake_patience.saturating_mul(turns))
-            }
+            Some(place) => bound.min(patience_at(self.core.settings.wake_patience, place)),
             None => bound,
         }
     }
@@ -617,6 +614,16 @@ impl<'a> Retries<'a> {
     }
 }
 
+/// How long a client at `place` in line (0: woken next) waits for its
+/// wake-up before it looks on its own: `patience` per place, the first
+/// included. The waits behind a stuck client look in turn, the nearest
+/// first, and n waiting clients look about ln(n) + 1 times per patience
+/// between them.
+fn patience_at(patience: Duration, place: u64) -> Duration {
+    let turns = u32::try_from(place).unwrap_or(u32::MAX).saturating_add(1);
+    patience.saturating_mul(turns)
+}
+
 /// How long to sleep when the holders have `pttl` ms of lease left.
 fn lease_bound(pttl: i64) -> Duration {
     match pttl {
@@ -654,4 +661,24 @@ pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner:
             tokio::time::sleep(pause.next()).await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_further_back_in_line_looks_less_often() {
+        let p = Duration::from_millis(500);
+        assert_eq!(patience_at(p, 0), p);
+        assert_eq!(patience_at(p, 1), 2 * p);
+        assert_eq!(patience_at(p, 9), 10 * p);
+        // No overflow: longer than any lease, which bounds it.
+        assert!(patience_at(p, u64::MAX) > crate::settings::MAX_DURATION);
+        // Ten clients in line look 2.9 times per patience between them.
+        let per_patience: f64 = (0..10)
+            .map(|place| p.as_secs_f64() / patience_at(p, place).as_secs_f64())
+            .sum();
+        assert!((per_patience - 2.93).abs() < 0.01, "{per_patience}");
+    }
 }

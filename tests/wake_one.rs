@@ -235,7 +235,11 @@ async fn the_clients_behind_a_woken_client_that_cannot_act_take_over() {
             "took over {:?} after the unlock",
             got - unlocked
         );
-        assert_eq!(listed(&server, "gone"), 0, "the child was popped, then the other client");
+        assert_eq!(
+            listed(&server, "gone"),
+            0,
+            "the child was popped, then the other client"
+        );
         child.kill().unwrap();
         child.wait().unwrap();
     })
