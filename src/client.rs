@@ -140,8 +140,10 @@ impl ClientBuilder {
     /// lease). The cost: while a lock stays held, its n waiting clients
     /// make about ln(n) + 1 extra attempts per patience between them.
     /// Defaults to [`DEFAULT_WAKE_PATIENCE`] (1 s); at least 1 ms, at most
-    /// 30 days. The fair lock and the read-write lock keep their own
-    /// refresh (see [`fair_waiter_timeout`](Self::fair_waiter_timeout)).
+    /// 30 days. Only the reentrant lock wakes one client per unlock: the
+    /// fair lock and a waiting writer of the read-write lock look again
+    /// every third of [`fair_waiter_timeout`](Self::fair_waiter_timeout),
+    /// and waiting readers and semaphore waiters are woken in every client.
     pub fn wake_patience(mut self, patience: Duration) -> Self {
         self.wake_patience = patience;
         self

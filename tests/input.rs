@@ -62,6 +62,22 @@ async fn bad_durations_are_rejected_and_change_nothing() {
             ..
         })
     ));
+    for (patience, ok) in [(Duration::ZERO, false), (year, false), (Duration::from_millis(1), true)] {
+        let r = Client::builder(&server.url()).wake_patience(patience).build().await;
+        assert_eq!(r.is_ok(), ok, "wake patience {patience:?}: {r:?}");
+        if let Err(e) = r {
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidDuration {
+                        what: "wake patience",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
