@@ -318,3 +318,45 @@ async fn a_woken_client_that_loses_the_race_is_woken_next() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_closes_passes_on_a_wake_up_it_may_have_had() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("close").unwrap().lock().await.unwrap();
+        // A waits, is woken and takes the lock: its wake channel stays
+        // subscribed a moment, then is remembered as recently left (a
+        // late wake-up on it is passed on).
+        let a = client(&server.url(), LONG).await;
+        let a_wait = waiter(&a, "close");
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "close") == 1).await);
+        held.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), a_wait)
+            .await
+            .expect("A woken")
+            .unwrap();
+        // C waits behind a hold that then ends without an unlock (its key
+        // deleted, as an expiry would): nobody wakes C, which sleeps to the
+        // 10 s lease it saw.
+        let held = holder
+            .lock("close")
+            .unwrap()
+            .try_lock(Duration::ZERO, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("free");
+        let c = client(&server.url(), LONG).await;
+        let c_wait = waiter(&c, "close");
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "close") == 1).await);
+        assert_eq!(server.cmd(&["DEL", "close"]).as_int(), Some(1));
+        // Its release finds no hold, and wakes nobody.
+        drop(held);
+        // A closes: it may have had a wake-up its relay had not passed on
+        // yet, so it passes one on, and C is woken.
+        let closed = Instant::now();
+        drop(a);
+        woken_soon(c_wait, closed).await;
+    })
+    .await
+}
