@@ -444,6 +444,10 @@ pub(crate) async fn wait<P: Policy>(
         };
         let split = refusal.split;
         let mut sleep;
+        // The kind wakes the wait before the lease bound to look again on
+        // its own (a fair waiter's refresh, a writer's mark, the wake
+        // patience).
+        let mut recheck = false;
         if split {
             // Masters granted to different contenders and each gave its
             // part back: retry after a random pause so they do not collide
@@ -452,7 +456,9 @@ pub(crate) async fn wait<P: Policy>(
             sleep = split_backoff.next_jittered();
         } else {
             split_backoff.reset();
-            sleep = policy.pause(&refusal, lease_bound(refusal.pttl));
+            let bound = lease_bound(refusal.pttl);
+            sleep = policy.pause(&refusal, bound);
+            recheck = sleep < bound;
         }
         if let Some(pause) = pause {
             sleep = pause;
@@ -484,8 +490,9 @@ pub(crate) async fn wait<P: Policy>(
                 tracing::trace!("woken by an unlock message");
             }
             _ = tokio::time::sleep(sleep) => {
-                crate::observe::wakeup(t.labels(), "lease_timeout");
-                tracing::trace!(slept_ms = sleep.as_millis() as u64, "woken by the lease bound");
+                let source = if recheck { "recheck" } else { "lease_timeout" };
+                crate::observe::wakeup(t.labels(), source);
+                tracing::trace!(slept_ms = sleep.as_millis() as u64, source, "woken without a message");
             }
         }
     }

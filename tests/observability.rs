@@ -412,3 +412,41 @@ async fn a_hold_at_risk_is_counted_and_warned_once() {
     assert_eq!(warns.len(), 1, "{warns:?}");
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_looking_again_at_its_wake_patience_counts_as_a_recheck() {
+    let _serial = SERIAL.lock().await;
+    recorded();
+    let server = RedisServer::start();
+    let holder = client(&server.url(), LONG).await;
+    let held = holder.lock("patient").unwrap().lock().await.unwrap();
+    let c = lockwarden::Client::builder(&server.url())
+        .wake_patience(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let before = snap();
+    let r = [("source", "recheck")];
+    let t = [("source", "lease_timeout")];
+    let lock = c.lock("patient").unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
+    // First in line, the waiter looks again every 50 ms while the lock
+    // stays held for 30 s.
+    assert!(
+        eventually(Duration::from_secs(5), || snap()
+            .counter("lockwarden_wakeups_total", &r)
+            >= before.counter("lockwarden_wakeups_total", &r) + 3)
+        .await,
+        "re-checks counted"
+    );
+    assert_eq!(
+        snap().counter("lockwarden_wakeups_total", &t),
+        before.counter("lockwarden_wakeups_total", &t),
+        "not the lease bound"
+    );
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+}
