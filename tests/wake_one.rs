@@ -154,17 +154,24 @@ async fn child_waiter_entry_point() {
     std::future::pending::<()>().await;
 }
 
+/// The lock "gone" held by a client of this process, and a child process
+/// (`child_waiter_entry_point`) first in line for it.
+async fn held_with_a_child_in_line(server: &RedisServer) -> (lockwarden::LockGuard, std::process::Child) {
+    let holder = client(&server.url(), LONG).await;
+    let held = holder.lock("gone").unwrap().lock().await.unwrap();
+    let child = child_test("child_waiter_entry_point", &server.url());
+    assert!(
+        eventually(Duration::from_secs(20), || listed(server, "gone") == 1).await,
+        "child listed"
+    );
+    (held, child)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_is_gone_is_skipped() {
     bounded(Duration::from_secs(60), async {
         let server = RedisServer::start();
-        let holder = client(&server.url(), LONG).await;
-        let held = holder.lock("gone").unwrap().lock().await.unwrap();
-        let mut child = child_test("child_waiter_entry_point", &server.url());
-        assert!(
-            eventually(Duration::from_secs(20), || listed(&server, "gone") == 1).await,
-            "child listed"
-        );
+        let (held, mut child) = held_with_a_child_in_line(&server).await;
         let b = client(&server.url(), LONG).await;
         let live = waiter(&b, "gone");
         assert!(eventually(Duration::from_secs(5), || listed(&server, "gone") == 2).await);
@@ -203,13 +210,7 @@ fn signal(pid: u32, signal: &str) {
 async fn the_clients_behind_a_woken_client_that_cannot_act_take_over() {
     bounded(Duration::from_secs(60), async {
         let server = RedisServer::start();
-        let holder = client(&server.url(), LONG).await;
-        let held = holder.lock("gone").unwrap().lock().await.unwrap();
-        let mut child = child_test("child_waiter_entry_point", &server.url());
-        assert!(
-            eventually(Duration::from_secs(20), || listed(&server, "gone") == 1).await,
-            "child listed"
-        );
+        let (held, mut child) = held_with_a_child_in_line(&server).await;
         // At the default patience: second in line, it looks again on its
         // own every 2 s.
         let b = lockwarden::Client::builder(&server.url())
