@@ -606,10 +606,7 @@ impl<M: NodeOps> Tally<M> {
             }
             Ok(AcquireReply::Held { pttl, place }) => {
                 self.pttls.push(pttl);
-                self.place = match (self.place, place) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                self.place = self.place.into_iter().chain(place).min();
             }
             Err(e) => {
                 crate::observe::node_failure(i);

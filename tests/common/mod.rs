@@ -745,7 +745,6 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e3
 }
 
-/// Runs a test body with an overall bound.
 /// Runs the test `entry` of the current test binary in a child process,
 /// with `LOCKWARDEN_TEST_CHILD_URL` set to `url` (an entry point does its
 /// work only when that is set); kill it to test a client that dies.
@@ -759,6 +758,7 @@ pub fn child_test(entry: &str, url: &str) -> Child {
         .unwrap()
 }
 
+/// Runs a test body with an overall bound.
 pub async fn bounded<F: std::future::Future>(limit: Duration, f: F) -> F::Output {
     tokio::time::timeout(limit, f)
         .await
