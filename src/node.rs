@@ -130,14 +130,12 @@ impl Node {
     /// `WAIT n timeout` after a write on `key`: the replicas that have
     /// every write this client sent to the key's node before it.
     async fn acknowledged(&self, key: &str, n: u32, timeout: Duration) -> Result<u32> {
-        let acks: i64 = self
-            .client
-            .custom(
-                CustomCommand::new_static("WAIT", key_route(key), true),
-                vec![Value::from(n as i64), Value::from(ms(timeout))],
-            )
-            .await
-            .map_err(|e| Error::from_redis("wait", key, self.command_timeout, e))?;
+        let acks: i64 = Box::pin(self.client.custom(
+            CustomCommand::new_static("WAIT", key_route(key), true),
+            vec![Value::from(n as i64), Value::from(ms(timeout))],
+        ))
+        .await
+        .map_err(|e| Error::from_redis("wait", key, self.command_timeout, e))?;
         Ok(acks.max(0) as u32)
     }
 
@@ -145,18 +143,16 @@ impl Node {
     /// append-only file (0 or 1) and how many replicas' have every write
     /// this client sent to the key's node, on disk.
     async fn fsynced(&self, key: &str, aof: AofConfirm) -> Result<(u32, u32)> {
-        let reply: Vec<i64> = self
-            .client
-            .custom(
-                CustomCommand::new_static("WAITAOF", key_route(key), true),
-                vec![
-                    Value::from(aof.local as i64),
-                    Value::from(aof.replicas as i64),
-                    Value::from(ms(aof.timeout)),
-                ],
-            )
-            .await
-            .map_err(|e| Error::from_redis("waitaof", key, self.command_timeout, e))?;
+        let reply: Vec<i64> = Box::pin(self.client.custom(
+            CustomCommand::new_static("WAITAOF", key_route(key), true),
+            vec![
+                Value::from(aof.local as i64),
+                Value::from(aof.replicas as i64),
+                Value::from(ms(aof.timeout)),
+            ],
+        ))
+        .await
+        .map_err(|e| Error::from_redis("waitaof", key, self.command_timeout, e))?;
         match reply.as_slice() {
             [local, replicas] => Ok(((*local).max(0) as u32, (*replicas).max(0) as u32)),
             _ => Err(crate::protocol::unexpected("waitaof", &reply)),
@@ -504,18 +500,19 @@ impl Node {
             };
             // The client's defaults are one attempt and `command_timeout`; per-call
             // options (a timer per call) only when the call needs less time.
+            // fred's call futures are about 7 KB: boxed, they stay out of
+            // every future that awaits this one (up to the caller's
+            // `lock()`), which is then cheap to move.
             let reply = if attempt == 0 && timeout == self.command_timeout {
-                self.client.custom::<Value, Value>(cmd, argv.clone()).await
+                Box::pin(self.client.custom::<Value, Value>(cmd, argv.clone())).await
             } else {
                 let opts = Options {
                     max_attempts: Some(1),
                     timeout: Some(left),
                     ..Default::default()
                 };
-                self.client
-                    .with_options(&opts)
-                    .custom::<Value, Value>(cmd, argv.clone())
-                    .await
+                let client = self.client.with_options(&opts);
+                Box::pin(client.custom::<Value, Value>(cmd, argv.clone())).await
             };
             attempt += 1;
             match reply {
@@ -812,11 +809,13 @@ impl Node {
     /// waiter's sleep bound covers that.)
     pub(crate) async fn worth_an_attempt(&self, keys: &LockKeys, request: &str) -> Result<bool> {
         let rec = crate::protocol::record(keys, request);
-        let n: i64 = self
-            .client
-            .exists(crate::protocol::worth_an_attempt(keys, &rec).to_vec())
-            .await
-            .map_err(|e| Error::from_redis("acquire", &keys.lock, self.command_timeout, e))?;
+        // Boxed: this future sits in the fair lock's wait (see `send`).
+        let n: i64 = Box::pin(
+            self.client
+                .exists(crate::protocol::worth_an_attempt(keys, &rec).to_vec()),
+        )
+        .await
+        .map_err(|e| Error::from_redis("acquire", &keys.lock, self.command_timeout, e))?;
         Ok(n != 1)
     }
 
