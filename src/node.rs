@@ -130,6 +130,7 @@ impl Node {
     /// `WAIT n timeout` after a write on `key`: the replicas that have
     /// every write this client sent to the key's node before it.
     async fn acknowledged(&self, key: &str, n: u32, timeout: Duration) -> Result<u32> {
+        // Boxed, as in `send`: every acquire's future holds this one.
         let acks: i64 = Box::pin(self.client.custom(
             CustomCommand::new_static("WAIT", key_route(key), true),
             vec![Value::from(n as i64), Value::from(ms(timeout))],
@@ -143,6 +144,7 @@ impl Node {
     /// append-only file (0 or 1) and how many replicas' have every write
     /// this client sent to the key's node, on disk.
     async fn fsynced(&self, key: &str, aof: AofConfirm) -> Result<(u32, u32)> {
+        // Boxed, as in `send`: every acquire's future holds this one.
         let reply: Vec<i64> = Box::pin(self.client.custom(
             CustomCommand::new_static("WAITAOF", key_route(key), true),
             vec![
