@@ -878,8 +878,8 @@ async fn waiters_of_several_clients_are_all_woken_by_unlocks() {
 /// fred's futures for one command are about 7 KB. lockwarden boxes them, so
 /// the futures of its own calls stay small: a caller moves its `lock()`
 /// future at every `.await` that holds it, and copying 8 KB per call took
-/// an eighth of a 32-task client's CPU. Checked without awaiting anything
-/// but the last unlock: the sizes are the types'.
+/// an eighth of a 32-task client's CPU. A future's size is its type's, so
+/// the ones measured are never awaited (but the unlock's).
 #[tokio::test]
 async fn the_futures_of_locking_calls_stay_small() {
     bounded(BOUND, async {
