@@ -1,4 +1,6 @@
 -- acquire: take a reentrant lock, or re-enter it as its current owner.
+-- Its common case, a first send taking a free lock, is answered ahead of
+-- this file by acquire_free.lua.
 --
 -- KEYS[1]  the lock hash: owner field -> reentry count, with a PEXPIRE lease
 -- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL;

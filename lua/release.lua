@@ -1,4 +1,6 @@
--- release: leave one level of a reentrant hold.
+-- release: leave one level of a reentrant hold. Its common case, a first
+-- send leaving an unwaited hold's last level, is answered ahead of this
+-- file by release_last.lua.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiters list (clients whose waits sleep, see

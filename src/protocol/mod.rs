@@ -36,7 +36,10 @@ impl Script {
 /// that names its key, and `next_token`); acquire scripts add
 /// `shared_acquire.lua` (`take`, `reenter`), release scripts
 /// `shared_release.lua` (`leave_level`). Each script carries only the
-/// parts it uses: every call of a script defines its functions anew.
+/// parts it uses: every call of a script defines its functions anew. For
+/// that reason the reentrant lock's acquire and release put their common
+/// case first, written without functions (`acquire_free.lua`,
+/// `release_last.lua`): a fresh take and a last release then define none.
 macro_rules! lua {
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("../../lua/", $file))),+)

@@ -1,0 +1,37 @@
+-- acquire_free: the common case of acquire.lua, ahead of the shared parts
+-- (see acquire.lua for KEYS, ARGV and replies). node.rs puts it first in
+-- the reentrant lock's acquire script, so that a call taking a free lock
+-- runs no more than the commands it needs: no helper function of the
+-- shared parts is defined (each would be made anew on every call) and no
+-- record is read.
+--
+-- It answers a first send (ARGV[4] = "1") that finds the lock free and
+-- whose client is not put in the waiters list by a take (ARGV[5] "0", "1"
+-- or "3"), exactly as the rest of the script would: the next token, the
+-- owner's field at 1, ':token', ':take' (and ':wait' when a listening
+-- caller's client has other sleeping waiters in KEYS[4]), the lease.
+-- Everything else falls through to the full script, and so does a refused
+-- INCR (a wrong type on KEYS[2]: nothing is written yet, and the full
+-- script reports it by key). The take's writes are the ones of `take` in
+-- shared_acquire.lua, and the counter's start the one of `next_token` in
+-- shared.lua: the tests of both paths hold them to the same results.
+
+if ARGV[4] == '1' and (ARGV[5] == '0' or ARGV[5] == '1' or ARGV[5] == '3')
+    and redis.call('PTTL', KEYS[1]) == -2 then
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'number' then
+    if token == 1 then
+      local t = redis.call('TIME')
+      token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      redis.call('SET', KEYS[2], string.format('%d', token))
+    end
+    local text = string.format('%d', token)
+    if ARGV[5] ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then
+      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':wait', '1')
+    else
+      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3])
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, token, 1}
+  end
+end

@@ -1,0 +1,21 @@
+-- release_last: the common case of release.lua, ahead of the shared parts
+-- (see release.lua for KEYS, ARGV and replies). node.rs puts it first in
+-- the reentrant lock's release script, so that a call leaving the last
+-- level of an unwaited hold runs no more than the commands it needs: no
+-- helper function of the shared parts is defined (each would be made anew
+-- on every call) and no record is read.
+--
+-- It answers a first send (ARGV[7] = "1") with the hold's token (ARGV[5]
+-- not "") whose owner holds one level, of the hold with that token, and
+-- that no listening waiter marked (no ':wait'): the hash is deleted and 0
+-- returned, exactly as `leave_level` in shared_release.lua and the rest of
+-- the script do. Everything else falls through to the full script, which
+-- reads the hash again: nothing is written before that.
+
+if ARGV[7] == '1' and ARGV[5] ~= '' then
+  local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
+  if got[1] == '1' and not got[3] and got[2] and tonumber(got[2]) == tonumber(ARGV[5]) then
+    redis.call('DEL', KEYS[1])
+    return 0
+  end
+end
