@@ -9,12 +9,22 @@ use super::{
 };
 use crate::keys::LockKeys;
 
-pub(super) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", lua!("acquire_free.lua", "shared.lua", "shared_acquire.lua", "acquire.lua")));
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "acquire",
+        lua!("acquire_free.lua", "shared.lua", "shared_acquire.lua", "acquire.lua"),
+    )
+});
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "release",
-        lua!("release_last.lua", "shared.lua", "shared_release.lua", "shared_wake.lua", "release.lua"),
+        lua!(
+            "release_last.lua",
+            "shared.lua",
+            "shared_release.lua",
+            "shared_wake.lua",
+            "release.lua"
+        ),
     )
 });
 static WAKE_NEXT: LazyLock<Script> =
