@@ -12,10 +12,12 @@
 -- and arguments.
 --
 -- ARGV[1]             n, the number of calls
--- ARGV[2 .. 1+3n]     per call, in order: its script's index in ops, its
---                     number of keys, its number of arguments
+-- ARGV[2 .. 1+n]      per call, in order, its shape: its script's index in
+--                     ops * 65536 + its number of keys * 256 + its number
+--                     of arguments (one argument, not three: the server
+--                     makes a string of each)
 -- KEYS                every call's keys, one call after the other
--- ARGV[2+3n ..]       every call's arguments, one call after the other
+-- ARGV[2+n ..]        every call's arguments, one call after the other
 --
 -- Returns one reply per call, in order: what the call's script returns
 -- alone, or, when the call failed (a refusal the script returns, such as
@@ -27,13 +29,18 @@
 
 local n = tonumber(ARGV[1])
 local out = {}
-local k, a = 0, 1 + 3 * n
+-- The calls' KEYS and ARGV tables are filled anew for each call, not made
+-- anew: no script keeps them past its call, and the entries a call does
+-- not have are cleared.
+local keys, args = {}, {}
+local k, a = 0, 1 + n
 for i = 1, n do
-  local head = 3 * i - 1
-  local op, nk, na = tonumber(ARGV[head]), tonumber(ARGV[head + 1]), tonumber(ARGV[head + 2])
-  local keys, args = {}, {}
+  local shape = tonumber(ARGV[1 + i])
+  local op, nk, na = math.floor(shape / 65536), math.floor(shape / 256) % 256, shape % 256
   for j = 1, nk do keys[j] = KEYS[k + j] end
+  for j = nk + 1, #keys do keys[j] = nil end
   for j = 1, na do args[j] = ARGV[a + j] end
+  for j = na + 1, #args do args[j] = nil end
   k, a = k + nk, a + na
   local ok, r = pcall(ops[op], keys, args)
   if not ok then

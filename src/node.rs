@@ -273,7 +273,15 @@ impl Node {
         let index = match crate::protocol::batch_index(call.script) {
             // A cluster's calls go to the node of their own slot; a call
             // with a shorter time than the client's keeps its own timer.
-            Some(i) if timeout == self.command_timeout && !self.client.is_clustered() => i,
+            // A call's shape must fit its one argument (`batch_shape`).
+            Some(i)
+                if timeout == self.command_timeout
+                    && !self.client.is_clustered()
+                    && call.keys.len() < 256
+                    && call.args.len() < 256 =>
+            {
+                i
+            }
             _ => {
                 return self
                     .run_counted(call.script, &call.keys, call.args, call.first_send, timeout)
@@ -345,12 +353,10 @@ impl Node {
         }
         let n = calls.len();
         let mut keys: Vec<&str> = Vec::new();
-        let mut args: Vec<Value> = Vec::with_capacity(1 + 3 * n + calls.iter().map(|c| c.args.len()).sum::<usize>());
+        let mut args: Vec<Value> = Vec::with_capacity(1 + n + calls.iter().map(|c| c.args.len()).sum::<usize>());
         args.push((n as i64).into());
         for c in &calls {
-            args.push((c.index as i64).into());
-            args.push((c.keys.len() as i64).into());
-            args.push((c.args.len() as i64).into());
+            args.push(batch_shape(c.index, c.keys.len(), c.args.len()).into());
         }
         let mut first_send = Vec::new();
         for c in calls.iter_mut() {
@@ -875,6 +881,14 @@ impl Node {
             .await
             .map_err(|e| Error::from_redis("remaining_lease", &keys.lock, self.command_timeout, e))
     }
+}
+
+/// A batched call's shape as `lua/batch.lua` reads it: the script's index
+/// among the batchable ones, its number of keys and of arguments (each
+/// under 256, which the caller checks), in one number.
+fn batch_shape(index: usize, keys: usize, args: usize) -> i64 {
+    debug_assert!(keys < 256 && args < 256);
+    ((index << 16) | (keys << 8) | args) as i64
 }
 
 /// Routes a command to the node that serves `key`'s slot (any node for "").
