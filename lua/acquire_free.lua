@@ -1,9 +1,9 @@
 -- acquire_free: the common case of acquire.lua, ahead of the shared parts
--- (see acquire.lua for KEYS, ARGV and replies). node.rs puts it first in
--- the reentrant lock's acquire script, so that a call taking a free lock
--- runs no more than the commands it needs: no helper function of the
--- shared parts is defined (each would be made anew on every call) and no
--- record is read.
+-- (see acquire.lua for KEYS, ARGV and replies). protocol/reentrant.rs puts
+-- it first in the reentrant lock's acquire script, so that a call taking
+-- a free lock runs no more than the commands it needs: no helper function
+-- of the shared parts is defined (each would be made anew on every call)
+-- and no record is read.
 --
 -- It answers a first send (ARGV[4] = "1") that finds the lock free and
 -- whose client is not put in the waiters list by a take (ARGV[5] "0", "1"

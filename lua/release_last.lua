@@ -1,9 +1,9 @@
 -- release_last: the common case of release.lua, ahead of the shared parts
--- (see release.lua for KEYS, ARGV and replies). node.rs puts it first in
--- the reentrant lock's release script, so that a call leaving the last
--- level of an unwaited hold runs no more than the commands it needs: no
--- helper function of the shared parts is defined (each would be made anew
--- on every call) and no record is read.
+-- (see release.lua for KEYS, ARGV and replies). protocol/reentrant.rs puts
+-- it first in the reentrant lock's release script, so that a call leaving
+-- the last level of an unwaited hold runs no more than the commands it
+-- needs: no helper function of the shared parts is defined (each would be
+-- made anew on every call) and no record is read.
 --
 -- It answers a first send (ARGV[7] = "1") with the hold's token (ARGV[5]
 -- not "") whose owner holds one level, of the hold with that token, and
