@@ -1,6 +1,7 @@
 -- acquire: take a reentrant lock, or re-enter it as its current owner.
 -- Its common case, a first send taking a free lock, is answered ahead of
--- this file by acquire_free.lua.
+-- this file by acquire_free.lua, which also reads the lock's PTTL for
+-- this file (`pttl`).
 --
 -- KEYS[1]  the lock hash: owner field -> reentry count, with a PEXPIRE lease
 -- KEYS[2]  the lock's fencing-token counter (a string, never given a TTL;
@@ -77,9 +78,7 @@ end
 
 -- Wrong types surface on the first command touching each key, before any
 -- write: pcall turns them into a reply naming the key (refused, shared.lua).
--- PTTL answers for a key of any type: -2 means no lock, and otherwise it is
--- the holder's remaining lease, the reply when the lock is another's.
-local pttl = redis.call('PTTL', KEYS[1])
+-- `pttl` is the lock's PTTL, read by acquire_free.lua ahead of this file.
 if pttl == -2 then
   local waited = false
   if ARGV[5] == '2' or ARGV[5] == '4' then

@@ -15,9 +15,14 @@
 -- script reports it by key). The take's writes are the ones of `take` in
 -- shared_acquire.lua, and the counter's start the one of `next_token` in
 -- shared.lua: the tests of both paths hold them to the same results.
+--
+-- `pttl`, the lock's PTTL, is read here once for the whole script:
+-- acquire.lua goes on from it (nothing is written before it does).
+-- PTTL answers for a key of any type: -2 means no lock, and otherwise it
+-- is the holder's remaining lease, the reply when the lock is another's.
 
-if ARGV[4] == '1' and (ARGV[5] == '0' or ARGV[5] == '1' or ARGV[5] == '3')
-    and redis.call('PTTL', KEYS[1]) == -2 then
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 and ARGV[4] == '1' and (ARGV[5] == '0' or ARGV[5] == '1' or ARGV[5] == '3') then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'number' then
     if token == 1 then

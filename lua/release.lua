@@ -1,6 +1,7 @@
 -- release: leave one level of a reentrant hold. Its common case, a first
 -- send leaving an unwaited hold's last level, is answered ahead of this
--- file by release_last.lua.
+-- file by release_last.lua, which also hands a first send's read of the
+-- hash on to leave_level (`held`).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiters list (clients whose waits sleep, see
@@ -45,7 +46,7 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done, listened = leave_level(1, 4, 3, 5, ARGV[7] == '1')
+local done, listened = leave_level(1, 4, 3, 5, ARGV[7] == '1', held)
 if done then
   return done
 end

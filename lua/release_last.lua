@@ -9,12 +9,16 @@
 -- not "") whose owner holds one level, of the hold with that token, and
 -- that no listening waiter marked (no ':wait'): the hash is deleted and 0
 -- returned, exactly as `leave_level` in shared_release.lua and the rest of
--- the script do. Everything else falls through to the full script, which
--- reads the hash again: nothing is written before that.
+-- the script do. Everything else falls through to the full script before
+-- anything is written. `held`, what a first send read of the hash (nil on
+-- a re-send, whose record is looked at first), goes on to `leave_level`,
+-- so the hash is read once.
 
-if ARGV[7] == '1' and ARGV[5] ~= '' then
-  local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
-  if got[1] == '1' and not got[3] and got[2] and tonumber(got[2]) == tonumber(ARGV[5]) then
+local held
+if ARGV[7] == '1' then
+  held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
+  if ARGV[5] ~= '' and held[1] == '1' and not held[3] and held[2]
+      and tonumber(held[2]) == tonumber(ARGV[5]) then
     redis.call('DEL', KEYS[1])
     return 0
   end

@@ -1,7 +1,7 @@
 -- shared_release: the part every kind's release script shares; node.rs
 -- puts it after shared.lua in front of them.
 --
--- leave_level(h, c, r, t, fresh)
+-- leave_level(h, c, r, t, fresh, held)
 --                          one level of ARGV[1]'s hold of the lock hash
 --                          KEYS[h] whose token is ARGV[t] ('' when unknown;
 --                          compared with the counter KEYS[c]) is left.
@@ -20,15 +20,19 @@
 --                          while levels remain (0: leave it), ARGV[3] the
 --                          record's lifetime in ms. `fresh`: the request
 --                          was never sent before, so its record is not read.
+--                          `held`: the reply of HMGET KEYS[h] ARGV[1]
+--                          ':token' ':wait' (pcall) when the script read
+--                          it already and wrote nothing since; nil: read
+--                          here.
 
-local function leave_level(h, c, r, t, fresh)
+local function leave_level(h, c, r, t, fresh, held)
   if not fresh then
     local rec = redis.call('GET', KEYS[r])
     if rec then
       return tonumber(rec)
     end
   end
-  local got = redis.pcall('HMGET', KEYS[h], ARGV[1], ':token', ':wait')
+  local got = held or redis.pcall('HMGET', KEYS[h], ARGV[1], ':token', ':wait')
   if got.err then
     return refused(got, h)
   end

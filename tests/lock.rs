@@ -910,3 +910,45 @@ async fn the_futures_of_locking_calls_stay_small() {
     })
     .await
 }
+
+/// The reentrant lock's scripts read the lock once per call: the
+/// common-case part that runs first (`acquire_free.lua`,
+/// `release_last.lua`) hands what it read to the rest of the script. A
+/// refused attempt reads the lock's PTTL once, and a release that leaves a
+/// level (not the last) reads the hash once.
+#[tokio::test]
+async fn a_refused_attempt_and_a_nested_release_read_the_lock_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let other = client(&server.url(), LONG).await;
+        let lock = c.lock("once").unwrap();
+        let outer = lock.lock().await.unwrap();
+        let inner = lock.lock().await.unwrap();
+
+        let pttl = server.command_calls("pttl");
+        let refused = other
+            .lock("once")
+            .unwrap()
+            .try_lock(Duration::ZERO, Lease::Watchdog)
+            .await
+            .unwrap();
+        assert!(refused.is_none(), "the lock is held");
+        assert_eq!(
+            server.command_calls("pttl") - pttl,
+            1,
+            "PTTL calls of one refused attempt"
+        );
+
+        let hmget = server.command_calls("hmget");
+        inner.unlock().await.unwrap();
+        assert_eq!(
+            server.command_calls("hmget") - hmget,
+            1,
+            "HMGET calls of one nested release"
+        );
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        outer.unlock().await.unwrap();
+    })
+    .await
+}
