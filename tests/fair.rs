@@ -584,8 +584,11 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
         let (got_tx, got_rx) = tokio::sync::oneshot::channel();
         let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
         let lock = c.fair_lock("again").unwrap();
+        // Fixed leases: a watchdog renewal (a script call) must not fall
+        // into the count below.
+        let lease = Lease::Fixed(Duration::from_secs(60));
         let first = tokio::spawn(async move {
-            let g = lock.lock().await.unwrap();
+            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
             got_tx.send(()).unwrap();
             release_rx.await.unwrap();
             g.unlock().await.unwrap();
@@ -602,7 +605,7 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
         let (got2_tx, got2_rx) = tokio::sync::oneshot::channel();
         let (release2_tx, release2_rx) = tokio::sync::oneshot::channel::<()>();
         let second = tokio::spawn(async move {
-            let g = lock.lock().await.unwrap();
+            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
             got2_tx.send(()).unwrap();
             release2_rx.await.unwrap();
             g.unlock().await.unwrap();
