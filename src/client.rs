@@ -396,7 +396,8 @@ impl ClientBuilder {
         let uuid = uuid::Uuid::new_v4().to_string();
         let inner = Core {
             owners: Arc::new(Owners::new(uuid.clone())),
-            holds: Holds::new(uuid.clone()),
+            holds: Holds::new(&uuid),
+            waiting_gauge: crate::observe::ClientGauge::waiting(&uuid),
             uuid,
             members,
             pubsub: PubSub::new(subscribers, spawner.clone(), command_timeout),

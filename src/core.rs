@@ -23,6 +23,8 @@ pub(crate) struct Core {
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) owners: Arc<Owners>,
     pub(crate) holds: Holds,
+    /// The client's `lockwarden_waiting_tasks`.
+    pub(crate) waiting_gauge: crate::observe::ClientGauge,
     pub(crate) settings: Settings,
     pub(crate) spawner: Spawner,
     /// Connections to the sentinels of masters reached through Sentinel.

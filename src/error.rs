@@ -190,8 +190,13 @@ impl Error {
     /// wrong type by its place in KEYS (`WRONGTYPE <type> <i>`, see
     /// `lua/shared.lua`); the server's own WRONGTYPE names none, and is put
     /// on the first key.
-    pub(crate) fn from_script(op: &'static str, keys: &[&str], timeout: Duration, e: fred::error::Error) -> Error {
-        let first = keys.first().copied().unwrap_or("");
+    pub(crate) fn from_script(
+        op: &'static str,
+        keys: &[&crate::keys::Str],
+        timeout: Duration,
+        e: fred::error::Error,
+    ) -> Error {
+        let first = keys.first().map_or("", |k| &***k);
         if e.details().starts_with("DEADLOCK") {
             return Error::WouldDeadlock { key: first.to_string() };
         }

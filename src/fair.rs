@@ -10,12 +10,12 @@
 //! trip.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::keys::Str;
 use crate::owner::OwnerPin;
 use crate::protocol::{Waiting, FREE_BUT_QUEUED};
 use crate::pubsub::Interest;
@@ -64,7 +64,7 @@ impl Drop for WakeId<'_> {
 /// One wait of a fair lock.
 pub(crate) struct FairWait<'a> {
     t: Target<'a>,
-    owner: &'a Arc<str>,
+    owner: &'a Str,
     /// The wait joins the queue (it is not a single attempt).
     will_wait: bool,
     /// The wait's request id, when it asks for direct grants: every attempt
@@ -83,7 +83,7 @@ pub(crate) struct FairWait<'a> {
 
 impl<'a> FairWait<'a> {
     /// The wait of `owner`; `will_wait`: more than one attempt.
-    pub(crate) fn new(t: Target<'a>, owner: &'a Arc<str>, will_wait: bool) -> FairWait<'a> {
+    pub(crate) fn new(t: Target<'a>, owner: &'a Str, will_wait: bool) -> FairWait<'a> {
         // Direct grants need one master, and none of the replica or disk
         // confirmations: a grant is written by the unlock, and only the
         // waiter's own write can be waited for.
@@ -281,7 +281,7 @@ impl Policy for FairWait<'_> {
 /// learned of.
 struct QueueExit<'a> {
     t: Target<'a>,
-    owner: &'a Arc<str>,
+    owner: &'a Str,
     /// The wait's current request id, when it asks for direct grants.
     request: Option<String>,
     armed: bool,

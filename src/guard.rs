@@ -387,6 +387,6 @@ fn unreachable_owner() -> Owner {
     // `pin` is only taken by `unlock`, which consumes the guard.
     Owner {
         id: 0,
-        field: Arc::from(""),
+        field: crate::keys::Str::from_static(""),
     }
 }

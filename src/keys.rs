@@ -36,27 +36,31 @@ pub const NAMESPACE: &str = "lockwarden";
 /// The start of every companion key; no lock key may start with it.
 pub(crate) const RESERVED: &str = "lockwarden:";
 
+/// A key or channel name made once and sent many times: fred sends it
+/// without a copy, where a `&str` argument is copied for every call.
+pub(crate) type Str = fred::bytes_utils::Str;
+
 /// Every Redis key and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
     /// The lock name as the user gave it (without prefix).
     pub name: String,
     /// The lock hash.
-    pub lock: String,
-    pub channel: String,
-    pub token: String,
+    pub lock: Str,
+    pub channel: Str,
+    pub token: Str,
     /// `lockwarden:{PN}:req:`; a request id is appended.
     pub req_prefix: String,
     /// Reentrant lock: the ids of clients whose waits sleep until an
     /// unlock wakes one (`lua/shared_wake.lua`).
-    pub waiters: String,
-    pub queue: String,
-    pub timeouts: String,
+    pub waiters: Str,
+    pub queue: Str,
+    pub timeouts: Str,
     /// Queued waiter -> "<deadline ms> <lease ms> <record ms> <request id> <wake id>"
     /// (fair_release.lua).
-    pub asks: String,
+    pub asks: Str,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
-    pub wake_prefix: String,
+    pub wake_prefix: Str,
     /// The lock kind whose protocol (scripts and arguments) this handle uses.
     pub kind: Kind,
 }
@@ -142,15 +146,15 @@ impl LockKeys {
         };
         Ok(LockKeys {
             name: name.to_string(),
-            lock: full,
-            channel: format!("{base}:channel"),
-            token: format!("{base}:token"),
+            lock: full.into(),
+            channel: format!("{base}:channel").into(),
+            token: format!("{base}:token").into(),
             req_prefix: format!("{base}:req:"),
-            waiters: format!("{base}:waiters"),
-            queue: format!("{base}:queue"),
-            timeouts: format!("{base}:timeouts"),
-            asks: format!("{base}:asks"),
-            wake_prefix: format!("{base}:wake:"),
+            waiters: format!("{base}:waiters").into(),
+            queue: format!("{base}:queue").into(),
+            timeouts: format!("{base}:timeouts").into(),
+            asks: format!("{base}:asks").into(),
+            wake_prefix: format!("{base}:wake:").into(),
             kind: Kind::Reentrant,
         })
     }
@@ -165,8 +169,21 @@ static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
 /// A request id: unique within this process (a counter) and across processes
 /// (a random 64-bit nonce; shorter keys than a uuid).
 pub(crate) fn fresh_request_id() -> String {
+    use std::fmt::Write;
     let n = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-    format!("{:016x}{n:x}", *REQUEST_NONCE)
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "{:016x}{n:x}", *REQUEST_NONCE);
+    id
+}
+
+/// `parts` one after the other, in one allocation (`format!` grows its
+/// string as it goes).
+pub(crate) fn joined(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 /// The lock key whose fencing-token counter is `token_key`, if it is one.

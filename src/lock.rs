@@ -7,7 +7,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::fair::FairWait;
 use crate::guard::LockGuard;
-use crate::keys::{Kind, LockKeys};
+use crate::keys::{Kind, LockKeys, Str};
 use crate::owner::{Owner, OwnerPin, Owners};
 use crate::quorum::Released;
 use crate::rw::WriteWait;
@@ -25,6 +25,8 @@ pub struct Lock {
     pub(crate) inner: Arc<Core>,
     pub(crate) keys: Arc<LockKeys>,
     owner: Option<Owner>,
+    /// The reentrant lock's wake channel for this client, named on first use.
+    wake_channel: std::sync::OnceLock<Str>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -42,6 +44,7 @@ impl Lock {
             inner,
             keys,
             owner: None,
+            wake_channel: std::sync::OnceLock::new(),
         }
     }
 
@@ -385,7 +388,7 @@ impl Lock {
     /// `owner` as this handle's kind writes it: a read-write lock's reader
     /// has a field of its own (see `Kind::field`).
     fn sided(&self, owner: Owner) -> Owner {
-        let field: Arc<str> = match self.keys.kind.field(&owner.field) {
+        let field: Str = match self.keys.kind.field(&owner.field) {
             std::borrow::Cow::Borrowed(f) if f.len() == owner.field.len() => return owner,
             f => f.into(),
         };
@@ -453,7 +456,12 @@ impl Lock {
             keys: &self.keys,
         };
         match self.keys.kind {
-            Kind::Reentrant => crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t)).await,
+            Kind::Reentrant => {
+                let channel = self
+                    .wake_channel
+                    .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
+                crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t, channel)).await
+            }
             Kind::Fair => {
                 let will_wait = wait != Some(Duration::ZERO);
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);

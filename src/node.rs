@@ -14,7 +14,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 
 pub(crate) use crate::protocol::{ms, AcquireReply, ReleaseReply};
 use crate::protocol::{Call, Env, Script, Waiting, BATCH, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
@@ -75,7 +75,7 @@ struct Queued {
     script: &'static Script,
     /// The script's place among the batchable ones.
     index: usize,
-    keys: Vec<String>,
+    keys: Vec<Str>,
     args: Vec<Value>,
     first_send: Option<usize>,
     reply: tokio::sync::oneshot::Sender<Result<(Value, bool)>>,
@@ -85,7 +85,7 @@ struct Queued {
 impl Queued {
     /// The error of this call, from the server's.
     fn error(&self, e: fred::error::Error, timeout: Duration) -> Error {
-        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        let keys: Vec<&Str> = self.keys.iter().collect();
         Error::from_script(self.script.op, &keys, timeout, e)
     }
 }
@@ -302,7 +302,7 @@ impl Node {
             queue.push(Queued {
                 script: call.script,
                 index,
-                keys: call.keys.iter().map(|k| k.to_string()).collect(),
+                keys: call.keys.iter().map(|k| (*k).clone()).collect(),
                 args: call.args,
                 first_send: call.first_send,
                 reply: tx,
@@ -344,7 +344,7 @@ impl Node {
         let timeout = self.command_timeout;
         if calls.len() == 1 {
             let c = calls.pop().expect("one call");
-            let keys: Vec<&str> = c.keys.iter().map(String::as_str).collect();
+            let keys: Vec<&Str> = c.keys.iter().collect();
             let reply = self
                 .run_counted::<Value>(c.script, &keys, c.args, c.first_send, timeout)
                 .await;
@@ -352,7 +352,7 @@ impl Node {
             return;
         }
         let n = calls.len();
-        let mut keys: Vec<&str> = Vec::new();
+        let mut keys: Vec<&Str> = Vec::new();
         let mut args: Vec<Value> = Vec::with_capacity(1 + n + calls.iter().map(|c| c.args.len()).sum::<usize>());
         args.push((n as i64).into());
         for c in &calls {
@@ -366,7 +366,7 @@ impl Node {
             args.append(&mut c.args);
         }
         for c in &calls {
-            keys.extend(c.keys.iter().map(String::as_str));
+            keys.extend(c.keys.iter());
         }
         let sent = self.send(&BATCH, &keys, args, &first_send, timeout).await;
         let replies: Vec<Result<(Value, bool)>> = match sent {
@@ -434,7 +434,7 @@ impl Node {
     async fn run<R: FromValue>(
         &self,
         script: &Script,
-        keys: &[&str],
+        keys: &[&Str],
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<R> {
@@ -449,7 +449,7 @@ impl Node {
     async fn run_counted<R: FromValue>(
         &self,
         script: &Script,
-        keys: &[&str],
+        keys: &[&Str],
         args: Vec<Value>,
         first_send: Option<usize>,
         timeout: Duration,
@@ -473,16 +473,16 @@ impl Node {
     async fn send(
         &self,
         script: &Script,
-        keys: &[&str],
+        keys: &[&Str],
         args: Vec<Value>,
         first_send: &[usize],
         timeout: Duration,
     ) -> std::result::Result<(Value, bool), Failed> {
         let deadline = Instant::now() + timeout;
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(script.sha.as_str().into());
+        argv.push(Value::from_static_str(script.sha));
         argv.push((keys.len() as i64).into());
-        argv.extend(keys.iter().map(|k| Value::from(*k)));
+        argv.extend(keys.iter().map(|k| Value::String((*k).clone())));
         argv.extend(args);
         // In a cluster the call goes to the node of the keys' slot. fred
         // ignores a custom command's `ClusterHash::Offset` and hashes the
@@ -545,7 +545,7 @@ impl Node {
                     tracing::debug!(op = script.op, error = %e, "connection broke mid-call, trying the same request again");
                     resent = true;
                     for i in first_send {
-                        argv[2 + keys.len() + i] = "0".into();
+                        argv[2 + keys.len() + i] = crate::protocol::lit("0");
                     }
                     tokio::time::sleep(backoff.next()).await;
                 }
@@ -561,7 +561,7 @@ impl Node {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         lease: Duration,
         request: &str,
         waiting: Waiting,
@@ -608,9 +608,9 @@ impl Node {
     /// A fair waiter leaves the queue (idempotent). `request` is the wait's
     /// request id when it asked for direct grants: a grant made to it that
     /// it never learned of is given back.
-    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
+    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
         let rec = request.map(|r| crate::protocol::record(keys, r));
-        let Some(call) = crate::protocol::of(keys.kind).leave(keys, owner, rec.as_deref(), &self.env()) else {
+        let Some(call) = crate::protocol::of(keys.kind).leave(keys, owner, rec.as_ref(), &self.env()) else {
             return Ok(());
         };
         let _: i64 = self.call(call, self.command_timeout).await?;
@@ -624,7 +624,7 @@ impl Node {
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         token: Option<u64>,
         relet: Duration,
         request: &str,
@@ -648,11 +648,11 @@ impl Node {
 
     /// Extends the lease of each `(lock key, owner)` whose owner field still
     /// exists. All keys must be in one cluster slot. One flag per pair.
-    pub(crate) async fn renew(&self, pairs: &[(&str, &str)], lease: Duration, timeout: Duration) -> Result<Vec<bool>> {
-        let keys: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+    pub(crate) async fn renew(&self, pairs: &[(&Str, &Str)], lease: Duration, timeout: Duration) -> Result<Vec<bool>> {
+        let keys: Vec<&Str> = pairs.iter().map(|p| p.0).collect();
         let mut args: Vec<Value> = Vec::with_capacity(pairs.len() + 1);
         args.push(ms(lease).into());
-        args.extend(pairs.iter().map(|p| Value::from(p.1)));
+        args.extend(pairs.iter().map(|p| crate::protocol::name(p.1)));
         let reply: Vec<i64> = self.run(&RENEW, &keys, args, timeout).await?;
         if reply.len() != pairs.len() {
             return Err(crate::protocol::unexpected("renew", &reply));
@@ -669,12 +669,16 @@ impl Node {
     /// quorum's write-back), and the token of `owner`'s hold with to it
     /// when that hold, which got `held` here, is still the lock's. Returns
     /// the counter afterwards.
-    pub(crate) async fn raise_token(&self, keys: &LockKeys, owner: &str, held: u64, token: u64) -> Result<u64> {
+    pub(crate) async fn raise_token(&self, keys: &LockKeys, owner: &Str, held: u64, token: u64) -> Result<u64> {
         let reply: i64 = self
             .run(
                 &RAISE_TOKEN,
                 &[&keys.token, &keys.lock],
-                vec![(token as i64).into(), owner.into(), (held as i64).into()],
+                vec![
+                    (token as i64).into(),
+                    Value::String(owner.clone()),
+                    (held as i64).into(),
+                ],
                 self.command_timeout,
             )
             .await?;
@@ -745,7 +749,7 @@ impl Node {
                 &[&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
                 vec![
                     UNLOCK_MESSAGE.into(),
-                    keys.wake_prefix.as_str().into(),
+                    crate::protocol::name(&keys.wake_prefix),
                     self.publish().into(),
                     match keys.kind {
                         crate::keys::Kind::Read => "read",
@@ -841,7 +845,7 @@ impl Node {
             .client
             .custom(
                 CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
-                vec![keys.lock.as_str()],
+                vec![Value::String(keys.lock.clone())],
             )
             .await
             .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
@@ -868,7 +872,7 @@ impl Node {
             }
             "hash" => Ok(true),
             other => Err(Error::WrongType {
-                key: keys.lock.clone(),
+                key: keys.lock.to_string(),
                 found: other.to_string(),
             }),
         }

@@ -29,7 +29,7 @@ impl<'a> Labels<'a> {
 #[cfg(feature = "metrics")]
 mod imp {
     use super::*;
-    use metrics::{counter, gauge, histogram};
+    use metrics::{counter, histogram};
 
     macro_rules! with_lock {
         ($macro:ident, $name:expr, $l:expr $(, $k:literal => $v:expr)*) => {
@@ -40,9 +40,26 @@ mod imp {
         };
     }
 
+    /// `with_lock!` for the metrics of every acquire and release, whose
+    /// labels are all literals: without the lock's name, each kind's key
+    /// is a static one (the facade builds the others, label list and all,
+    /// on every call).
+    macro_rules! each_kind {
+        ($macro:ident, $name:literal, $l:expr $(, $k:literal => $v:literal)*) => {
+            match ($l.lock, $l.kind) {
+                (None, "reentrant") => $macro!($name, "kind" => "reentrant" $(, $k => $v)*),
+                (None, "fair") => $macro!($name, "kind" => "fair" $(, $k => $v)*),
+                (None, "read") => $macro!($name, "kind" => "read" $(, $k => $v)*),
+                (None, "write") => $macro!($name, "kind" => "write" $(, $k => $v)*),
+                (None, "semaphore") => $macro!($name, "kind" => "semaphore" $(, $k => $v)*),
+                _ => with_lock!($macro, $name, $l $(, $k => $v)*),
+            }
+        };
+    }
+
     pub(crate) fn acquired(l: Labels<'_>, waited: Duration) {
-        with_lock!(counter, "lockwarden_acquisitions_total", l).increment(1);
-        with_lock!(histogram, "lockwarden_acquire_wait_seconds", l, "outcome" => "acquired").record(waited);
+        each_kind!(counter, "lockwarden_acquisitions_total", l).increment(1);
+        each_kind!(histogram, "lockwarden_acquire_wait_seconds", l, "outcome" => "acquired").record(waited);
     }
 
     pub(crate) fn not_acquired(l: Labels<'_>, waited: Duration, reason: &'static str) {
@@ -52,8 +69,8 @@ mod imp {
     }
 
     pub(crate) fn released(l: Labels<'_>, held: Duration) {
-        with_lock!(counter, "lockwarden_releases_total", l).increment(1);
-        with_lock!(histogram, "lockwarden_hold_seconds", l).record(held);
+        each_kind!(counter, "lockwarden_releases_total", l).increment(1);
+        each_kind!(histogram, "lockwarden_hold_seconds", l).record(held);
     }
 
     pub(crate) fn wakeup(l: Labels<'_>, source: &'static str) {
@@ -96,12 +113,41 @@ mod imp {
         counter!("lockwarden_noscript_reloads_total").increment(1);
     }
 
-    pub(crate) fn held(client: &str, n: usize) {
-        gauge!("lockwarden_locks_held", "client" => client.to_string()).set(n as f64);
+    /// A gauge of one client (labelled with its id), its key made once.
+    pub(crate) struct ClientGauge(metrics::Key);
+
+    static GAUGE_METADATA: metrics::Metadata<'static> =
+        metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+    impl ClientGauge {
+        fn new(name: &'static str, client: &str) -> ClientGauge {
+            ClientGauge(metrics::Key::from_parts(
+                name,
+                vec![metrics::Label::new("client", client.to_string())],
+            ))
+        }
+
+        /// `lockwarden_locks_held` of `client`.
+        pub(crate) fn held(client: &str) -> ClientGauge {
+            ClientGauge::new("lockwarden_locks_held", client)
+        }
+
+        /// `lockwarden_waiting_tasks` of `client`.
+        pub(crate) fn waiting(client: &str) -> ClientGauge {
+            ClientGauge::new("lockwarden_waiting_tasks", client)
+        }
+
+        fn gauge(&self) -> metrics::Gauge {
+            metrics::with_recorder(|r| r.register_gauge(&self.0, &GAUGE_METADATA))
+        }
     }
 
-    pub(crate) fn waiting(client: &str, delta: f64) {
-        gauge!("lockwarden_waiting_tasks", "client" => client.to_string()).increment(delta);
+    pub(crate) fn held(g: &ClientGauge, n: usize) {
+        g.gauge().set(n as f64);
+    }
+
+    pub(crate) fn waiting(g: &ClientGauge, delta: f64) {
+        g.gauge().increment(delta);
     }
 }
 
@@ -119,19 +165,28 @@ mod imp {
     pub(crate) fn noscript() {}
     pub(crate) fn quorum_attempt(_: &'static str, _: Option<Duration>) {}
     pub(crate) fn node_failure(_: usize) {}
-    pub(crate) fn held(_: &str, _: usize) {}
-    pub(crate) fn waiting(_: &str, _: f64) {}
+    pub(crate) struct ClientGauge;
+    impl ClientGauge {
+        pub(crate) fn held(_: &str) -> ClientGauge {
+            ClientGauge
+        }
+        pub(crate) fn waiting(_: &str) -> ClientGauge {
+            ClientGauge
+        }
+    }
+    pub(crate) fn held(_: &ClientGauge, _: usize) {}
+    pub(crate) fn waiting(_: &ClientGauge, _: f64) {}
 }
 
 pub(crate) use imp::*;
 
 /// Counts a task as waiting for as long as it lives.
-pub(crate) struct Waiting<'a>(pub &'a str);
+pub(crate) struct Waiting<'a>(pub &'a ClientGauge);
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn enter(client: &'a str) -> Waiting<'a> {
-        waiting(client, 1.0);
-        Waiting(client)
+    pub(crate) fn enter(gauge: &'a ClientGauge) -> Waiting<'a> {
+        waiting(gauge, 1.0);
+        Waiting(gauge)
     }
 }
 

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::keys::Str;
+
 /// An explicit lock owner, to act as the same holder from several tasks.
 ///
 /// Get one from [`LockGuard::owner`](crate::LockGuard::owner) to re-enter a
@@ -27,7 +29,7 @@ use parking_lot::Mutex;
 pub struct Owner {
     pub(crate) id: u64,
     /// The hash field: `<client-uuid>:<id>`.
-    pub(crate) field: Arc<str>,
+    pub(crate) field: Str,
 }
 
 impl Owner {
@@ -78,7 +80,12 @@ impl Owners {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Owner {
             id,
-            field: format!("{}:{id}", self.uuid).into(),
+            field: {
+                use std::fmt::Write;
+                let mut field = String::with_capacity(self.uuid.len() + 21);
+                let _ = write!(field, "{}:{id}", self.uuid);
+                field.into()
+            },
         }
     }
 

@@ -17,7 +17,7 @@ use futures::stream::{Stream, StreamExt};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::protocol::Waiting;
 use crate::runtime::{Backoff, Spawner};
@@ -42,7 +42,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn acquire(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         lease: Duration,
         request: &str,
         waiting: Waiting,
@@ -54,7 +54,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn release(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         token: Option<u64>,
         relet: Duration,
         request: &str,
@@ -66,7 +66,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn raise_token(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         held: u64,
         token: u64,
     ) -> impl Future<Output = Result<u64>> + Send;
@@ -113,7 +113,7 @@ pub(crate) enum Attempt {
 /// The owned context of one acquire attempt, shared with background undo.
 pub(crate) struct Ask<'a> {
     pub keys: &'a Arc<LockKeys>,
-    pub owner: &'a Arc<str>,
+    pub owner: &'a Str,
     pub lease: Duration,
     pub request: &'a str,
     pub waiting: Waiting,
@@ -133,7 +133,7 @@ pub(crate) struct Ask<'a> {
 struct Pending<M: NodeOps> {
     member: Arc<M>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Str,
     lease: Duration,
     request: String,
     armed: bool,
@@ -170,7 +170,7 @@ impl<M: NodeOps> Drop for Pending<M> {
 }
 
 /// Releases one level that nobody will own a guard for.
-async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &str, token: Option<u64>) {
+async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: Option<u64>) {
     let request = crate::keys::fresh_request_id();
     if let Err(e) = member
         .release(keys, owner, token, Duration::ZERO, &request, false)
@@ -185,7 +185,7 @@ async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &str, token: O
 struct Partial<M: NodeOps> {
     members: Vec<Arc<M>>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Str,
     /// Per master: granted, and the token to release it with.
     held: Vec<bool>,
     tokens: Vec<Option<u64>>,
@@ -624,7 +624,7 @@ impl<M: NodeOps> Tally<M> {
 async fn write_back<M: NodeOps>(
     members: &[Arc<M>],
     keys: &LockKeys,
-    owner: &str,
+    owner: &Str,
     partial: &mut Partial<M>,
     need: usize,
 ) -> Option<u64> {
@@ -668,7 +668,7 @@ pub(crate) enum Released {
 pub(crate) async fn release<M: NodeOps>(
     members: &[Arc<M>],
     keys: &Arc<LockKeys>,
-    owner: &Arc<str>,
+    owner: &Str,
     tokens: &[Option<u64>],
     relet: Duration,
     request: &str,
@@ -716,7 +716,7 @@ pub(crate) async fn release<M: NodeOps>(
 pub(crate) async fn resend_release<M: NodeOps>(
     member: Arc<M>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Str,
     token: Option<u64>,
     relet: Duration,
     request: String,
@@ -924,7 +924,7 @@ impl NodeOps for Member {
     async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         lease: Duration,
         request: &str,
         waiting: Waiting,
@@ -950,7 +950,7 @@ impl NodeOps for Member {
     async fn release(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Str,
         token: Option<u64>,
         relet: Duration,
         request: &str,
@@ -959,7 +959,7 @@ impl NodeOps for Member {
         self.note(self.node.release(keys, owner, token, relet, request, resent).await)
     }
 
-    async fn raise_token(&self, keys: &LockKeys, owner: &str, held: u64, token: u64) -> Result<u64> {
+    async fn raise_token(&self, keys: &LockKeys, owner: &Str, held: u64, token: u64) -> Result<u64> {
         self.note(self.node.raise_token(keys, owner, held, token).await)
     }
 
@@ -1047,7 +1047,7 @@ mod tests {
         async fn acquire(
             &self,
             _: &LockKeys,
-            owner: &str,
+            owner: &Str,
             _: Duration,
             request: &str,
             _: Waiting,
@@ -1089,7 +1089,7 @@ mod tests {
         async fn release(
             &self,
             _: &LockKeys,
-            owner: &str,
+            owner: &Str,
             token: Option<u64>,
             _: Duration,
             request: &str,
@@ -1122,7 +1122,7 @@ mod tests {
             Ok(reply)
         }
 
-        async fn raise_token(&self, _: &LockKeys, _: &str, _: u64, token: u64) -> Result<u64> {
+        async fn raise_token(&self, _: &LockKeys, _: &Str, _: u64, token: u64) -> Result<u64> {
             if self.down {
                 return Err(unreachable());
             }
@@ -1147,7 +1147,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn grant_iff_a_majority_is_free_and_partial_grants_are_rolled_back() {
         let keys = Arc::new(LockKeys::new("", "fake").unwrap());
-        let me: Arc<str> = Arc::from("me:1");
+        let me: Str = Str::from_static("me:1");
         let mut cases = 0;
         for n in 1..=7usize {
             // Each master is free (0), held by another owner (1) or down (2).
@@ -1270,7 +1270,7 @@ mod tests {
         let mut partial = Partial {
             members: vec![master.clone()],
             keys,
-            owner: Arc::from("me:1"),
+            owner: Str::from_static("me:1"),
             held: vec![true],
             tokens: vec![Some(7)],
             requests: vec![None],

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Core;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Refusal, Request, Target};
@@ -26,13 +26,13 @@ pub(crate) struct WriteWait {
     refresh: Duration,
     core: Arc<Core>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Str,
     /// An attempt may have left the mark, and nothing took it back yet.
     armed: bool,
 }
 
 impl WriteWait {
-    pub(crate) fn new(t: Target<'_>, owner: &Arc<str>) -> WriteWait {
+    pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
         WriteWait {
             inner: Reentrant::default(),
             refresh: t.core.first().waiter_timeout / 3,

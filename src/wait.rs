@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 use crate::owner::OwnerPin;
 use crate::protocol::Waiting;
 use crate::pubsub::Interest;
@@ -71,7 +71,7 @@ pub(crate) trait Policy: Send {
     /// The channel whose messages wake this wait: by default the lock's,
     /// which every unlock publishes on.
     fn channel(&self, t: Target<'_>) -> String {
-        t.keys.channel.clone()
+        t.keys.channel.to_string()
     }
 
     /// A subscription to its channel that is still open (from an earlier
@@ -176,7 +176,7 @@ pub(crate) struct WakeOne {
     inner: Reentrant,
     core: Arc<Core>,
     keys: Arc<LockKeys>,
-    channel: String,
+    channel: Str,
     /// The wait has listened and not taken the lock: when it stops, the
     /// wake-up it may have taken is passed on.
     armed: bool,
@@ -189,12 +189,12 @@ pub(crate) struct WakeOne {
 }
 
 impl WakeOne {
-    pub(crate) fn new(t: Target<'_>) -> WakeOne {
+    pub(crate) fn new(t: Target<'_>, channel: &Str) -> WakeOne {
         WakeOne {
             inner: Reentrant::default(),
             core: t.core.clone(),
             keys: t.keys.clone(),
-            channel: format!("{}{}", t.keys.wake_prefix, t.core.uuid),
+            channel: channel.clone(),
             armed: false,
             failed: false,
             woken: false,
@@ -222,7 +222,7 @@ impl WakeOne {
                 let (member, keys) = (members.get(master).cloned(), keys.clone());
                 Box::pin(async move {
                     let Some(member) = member else { return };
-                    if let Err(e) = member.node.leave(&keys, "", None).await {
+                    if let Err(e) = member.node.leave(&keys, &Str::from_static(""), None).await {
                         tracing::debug!(lock = %keys.name, error = %e, "passing a wake-up on failed; the waiters wake at their lease bound");
                     }
                 })
@@ -233,7 +233,7 @@ impl WakeOne {
 
 impl Policy for WakeOne {
     fn channel(&self, _t: Target<'_>) -> String {
-        self.channel.clone()
+        self.channel.to_string()
     }
 
     /// The client's channel may still be subscribed (another wait, or a
@@ -314,7 +314,7 @@ impl Policy for WakeOne {
 impl Drop for WakeOne {
     fn drop(&mut self) {
         if self.armed && self.last() {
-            leave_in_background(&self.core, &self.keys, &Arc::from(""), None);
+            leave_in_background(&self.core, &self.keys, &Str::from_static(""), None);
         }
     }
 }
@@ -404,7 +404,7 @@ pub(crate) async fn wait<P: Policy>(
         None => subscribed.await?,
     }
     let mut split_backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
-    let _waiting = crate::observe::Waiting::enter(&t.core.uuid);
+    let _waiting = crate::observe::Waiting::enter(&t.core.waiting_gauge);
     let mut sent_at = first_sent;
     loop {
         // Registered before the attempt: an unlock landing between the
@@ -644,7 +644,7 @@ fn lease_bound(pttl: i64) -> Duration {
 /// Takes back on every master what a waiter's attempts left (see
 /// `Protocol::leave`); fine when a majority confirmed. `request`: a fair
 /// wait's id, when it asked for direct grants.
-pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request: Option<&str>) -> Result<()> {
+pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
     crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
         .await
         .map(|_| ())
@@ -654,7 +654,7 @@ pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &str, request
 /// something behind), re-sent until the server answers; it gives up once
 /// the waiter timeout has passed, when the server has dropped what the wait
 /// left anyway.
-pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner: &Arc<str>, request: Option<String>) {
+pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner: &Str, request: Option<String>) {
     let (core, keys, owner) = (core.clone(), keys.clone(), owner.clone());
     let spawner = core.spawner().clone();
     spawner.spawn(async move {

@@ -15,6 +15,7 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::keys::Str;
 use crate::quorum::{drift, majority, Grant, Member};
 use crate::settings::Settings;
 
@@ -61,8 +62,8 @@ impl std::fmt::Display for LossReason {
 
 /// The state one owner's hold of one lock shares among its guards.
 pub(crate) struct Hold {
-    pub(crate) lock_key: String,
-    pub(crate) owner_field: Arc<str>,
+    pub(crate) lock_key: Str,
+    pub(crate) owner_field: Str,
     pub(crate) token: u64,
     /// Per master: the fencing counter the hold left there (what a release
     /// checks), `None` where not held or not known.
@@ -87,7 +88,7 @@ struct HoldState {
 }
 
 impl Hold {
-    fn new(lock_key: String, owner_field: Arc<str>, grant: &Grant) -> Hold {
+    fn new(lock_key: Str, owner_field: Str, grant: &Grant) -> Hold {
         let h = Hold {
             lock_key,
             owner_field,
@@ -164,29 +165,30 @@ impl Hold {
 }
 
 /// A hold's identity: (lock key, owner field).
-type HoldKey = (String, Arc<str>);
+type HoldKey = (Str, Str);
 
 /// Every live hold of a client.
 pub(crate) struct Holds {
     map: Mutex<HashMap<HoldKey, Arc<Hold>>>,
-    /// The client's uuid, the label of its gauges.
-    client: String,
+    /// The client's `lockwarden_locks_held`.
+    held_gauge: crate::observe::ClientGauge,
 }
 
 impl Holds {
-    pub(crate) fn new(client: String) -> Holds {
+    /// `client`: the client's uuid, the label of its gauge.
+    pub(crate) fn new(client: &str) -> Holds {
         Holds {
             map: Mutex::new(HashMap::new()),
-            client,
+            held_gauge: crate::observe::ClientGauge::held(client),
         }
     }
 
     /// Records one more guard on the hold an acquisition returned. A reply
     /// with another token than the known hold means that hold ended (lost)
     /// and this is a fresh one.
-    pub(crate) fn enter(&self, lock_key: &str, owner_field: &Arc<str>, grant: &Grant, watchdog: bool) -> Arc<Hold> {
+    pub(crate) fn enter(&self, lock_key: &Str, owner_field: &Str, grant: &Grant, watchdog: bool) -> Arc<Hold> {
         let mut map = self.map.lock();
-        let key = (lock_key.to_string(), owner_field.clone());
+        let key = (lock_key.clone(), owner_field.clone());
         let hold = match map.get(&key) {
             Some(h) if h.token == grant.token && h.lost_reason().is_none() => {
                 h.extend(grant.valid_until);
@@ -198,7 +200,7 @@ impl Holds {
                 }
                 let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), grant));
                 map.insert(key, h.clone());
-                crate::observe::held(&self.client, map.len());
+                crate::observe::held(&self.held_gauge, map.len());
                 h
             }
         };
@@ -212,11 +214,8 @@ impl Holds {
     }
 
     /// The live hold of `owner_field` on `lock_key`, if any.
-    pub(crate) fn find(&self, lock_key: &str, owner_field: &Arc<str>) -> Option<Arc<Hold>> {
-        self.map
-            .lock()
-            .get(&(lock_key.to_string(), owner_field.clone()))
-            .cloned()
+    pub(crate) fn find(&self, lock_key: &Str, owner_field: &Str) -> Option<Arc<Hold>> {
+        self.map.lock().get(&(lock_key.clone(), owner_field.clone())).cloned()
     }
 
     /// Notes that one level of `hold` was released without its guard.
@@ -243,7 +242,7 @@ impl Holds {
             let key = (hold.lock_key.clone(), hold.owner_field.clone());
             if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
                 map.remove(&key);
-                crate::observe::held(&self.client, map.len());
+                crate::observe::held(&self.held_gauge, map.len());
             }
         }
         (st.watchdog_guards > 0, release)
@@ -318,7 +317,7 @@ pub(crate) async fn tick(r: Renewing<'_>) {
             .collect();
         let tally = &tally;
         join_all(batches.into_iter().map(move |batch| async move {
-            let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, h)| (h.lock_key.as_str(), &*h.owner_field)).collect();
+            let pairs: Vec<(&Str, &Str)> = batch.iter().map(|(_, h)| (&h.lock_key, &h.owner_field)).collect();
             match m.node.renew(&pairs, lease, timeout).await {
                 Ok(flags) => {
                     let renewed = flags.iter().filter(|ok| **ok).count();

@@ -3,8 +3,8 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, ms, token_arg, Acquire, Call, Env, Protocol, Release, Script};
-use crate::keys::LockKeys;
+use super::{first_send_flag, lit, ms, name, token_arg, Acquire, Call, Env, Protocol, Release, Script};
+use crate::keys::{LockKeys, Str};
 
 static FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "fair_acquire.lua")));
@@ -18,7 +18,7 @@ impl Protocol for Fair {
     /// Joins the queue when `waiting` ("wait"; "try" only looks); with
     /// `grant`, also leaves an ask so an unlock may hand the lock straight
     /// to this waiter (its request record then holds the grant).
-    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         let ask = match a.grant {
             Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
             _ => String::new(),
@@ -27,13 +27,13 @@ impl Protocol for Fair {
             script: &FAIR_ACQUIRE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec, &keys.asks],
             args: vec![
-                a.owner.into(),
+                name(a.owner),
                 ms(a.lease).into(),
                 ms(env.waiter_timeout).into(),
                 ms(env.record_ttl).into(),
-                if a.waiting.waits() { "wait" } else { "try" }.into(),
-                keys.wake_prefix.as_str().into(),
-                env.publish.into(),
+                lit(if a.waiting.waits() { "wait" } else { "try" }),
+                name(&keys.wake_prefix),
+                lit(env.publish),
                 ask.into(),
                 ms(env.waiter_timeout * 2).into(),
             ],
@@ -43,17 +43,17 @@ impl Protocol for Fair {
         }
     }
 
-    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &FAIR_RELEASE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec, &keys.asks],
             args: vec![
-                r.owner.into(),
+                name(r.owner),
                 ms(r.relet).into(),
                 ms(env.record_ttl).into(),
                 token_arg(r.token),
-                keys.wake_prefix.as_str().into(),
-                env.publish.into(),
+                name(&keys.wake_prefix),
+                lit(env.publish),
                 keys.req_prefix.as_str().into(),
                 first_send_flag(!r.resent),
             ],
@@ -68,13 +68,13 @@ impl Protocol for Fair {
     /// The waiter leaves the queue. `rec`: the record of the wait's request
     /// when it asked for direct grants, so a grant it never learned of is
     /// given back.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &str, rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
-        let mut key_list = vec![keys.lock.as_str(), &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+        let mut key_list = vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
         key_list.extend(rec);
         Some(Call {
             script: &FAIR_LEAVE,
             keys: key_list,
-            args: vec![owner.into(), keys.wake_prefix.as_str().into(), env.publish.into()],
+            args: vec![name(owner), name(&keys.wake_prefix), lit(env.publish)],
             first_send: None,
         })
     }

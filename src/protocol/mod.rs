@@ -12,13 +12,15 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::{Kind, LockKeys};
+use crate::keys::{Kind, LockKeys, Str};
 
 /// A Lua script from `lua/` with its SHA1.
 pub(crate) struct Script {
     pub(crate) op: &'static str,
     pub(crate) src: &'static str,
-    pub(crate) sha: String,
+    /// The SHA1, made once per process (scripts live as long as the
+    /// program): an argument that is sent without a copy.
+    pub(crate) sha: &'static str,
 }
 
 impl Script {
@@ -26,7 +28,7 @@ impl Script {
         Script {
             op,
             src,
-            sha: fred::util::sha1_hash(src),
+            sha: Box::leak(fred::util::sha1_hash(src).into_boxed_str()),
         }
     }
 }
@@ -110,7 +112,7 @@ pub(crate) struct Env {
 /// One script call: the script, its KEYS and its ARGV.
 pub(crate) struct Call<'a> {
     pub(crate) script: &'static Script,
-    pub(crate) keys: Vec<&'a str>,
+    pub(crate) keys: Vec<&'a Str>,
     pub(crate) args: Vec<Value>,
     /// The ARGV index (from 0) of the flag that says the request was never
     /// sent before ("1"): whoever sends it again sets it to "0", so the
@@ -124,12 +126,12 @@ pub(crate) struct Call<'a> {
 /// [`CHANNEL_RELEASE_FIRST_SEND`].
 fn channel_release_args(r: &Release<'_>, env: &Env) -> Vec<Value> {
     vec![
-        r.owner.into(),
+        name(r.owner),
         ms(r.relet).into(),
         ms(env.record_ttl).into(),
-        UNLOCK_MESSAGE.into(),
+        lit(UNLOCK_MESSAGE),
         token_arg(r.token),
-        env.publish.into(),
+        lit(env.publish),
         first_send_flag(!r.resent),
     ]
 }
@@ -139,7 +141,19 @@ const CHANNEL_RELEASE_FIRST_SEND: usize = 6;
 
 /// The value of a first-send flag.
 fn first_send_flag(first: bool) -> Value {
-    if first { "1" } else { "0" }.into()
+    lit(if first { "1" } else { "0" })
+}
+
+/// A key or name of the lock's (or an owner field) as an argument: shared,
+/// not copied.
+pub(crate) fn name(s: &Str) -> Value {
+    Value::String(s.clone())
+}
+
+/// An argument that is the same in every call: sent without a copy (a
+/// `Value` made from a `&str` copies it, and again when it is framed).
+pub(crate) fn lit(s: &'static str) -> Value {
+    Value::from_static_str(s)
 }
 
 /// What the caller of an acquire attempt does if it is refused.
@@ -190,7 +204,7 @@ impl Waiting {
 /// fair waiter asks for direct grants with it, a reentrant lock's waiter
 /// (its client id) is woken by it.
 pub(crate) struct Acquire<'a> {
-    pub(crate) owner: &'a str,
+    pub(crate) owner: &'a Str,
     pub(crate) lease: Duration,
     pub(crate) request: &'a str,
     pub(crate) waiting: Waiting,
@@ -205,7 +219,7 @@ pub(crate) struct Acquire<'a> {
 /// (`None`: whichever hold the owner has); `relet` is re-applied as the
 /// lease while levels remain (zero leaves it alone).
 pub(crate) struct Release<'a> {
-    pub(crate) owner: &'a str,
+    pub(crate) owner: &'a Str,
     pub(crate) token: Option<u64>,
     pub(crate) relet: Duration,
     /// As [`Acquire::resent`].
@@ -214,15 +228,15 @@ pub(crate) struct Release<'a> {
 
 /// A lock kind's calls. `rec` is the request's replay record key.
 pub(crate) trait Protocol: Sync {
-    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a>;
-    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a>;
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a>;
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a>;
     /// The kind's own scripts, loaded at start-up.
     fn scripts(&self) -> Vec<&'static Script>;
     /// A waiter that stops waiting takes back what its attempts left (a
     /// fair waiter its place in the queue and, with `rec`, a grant it never
     /// learned of; a writer of a read-write lock its mark). Idempotent.
     /// `None`: the kind's attempts leave nothing behind.
-    fn leave<'a>(&self, _keys: &'a LockKeys, _owner: &str, _rec: Option<&'a str>, _env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(&self, _keys: &'a LockKeys, _owner: &Str, _rec: Option<&'a Str>, _env: &Env) -> Option<Call<'a>> {
         None
     }
 }
@@ -308,8 +322,8 @@ pub(crate) fn release_reply(reply: i64, resent: bool) -> ReleaseReply {
 }
 
 /// The record key of `request`.
-pub(crate) fn record(keys: &LockKeys, request: &str) -> String {
-    format!("{}{request}", keys.req_prefix)
+pub(crate) fn record(keys: &LockKeys, request: &str) -> Str {
+    crate::keys::joined(&[&keys.req_prefix, request]).into()
 }
 
 pub(crate) fn ms(d: Duration) -> i64 {
@@ -318,7 +332,7 @@ pub(crate) fn ms(d: Duration) -> i64 {
 
 /// A token argument: the number, or "" when unknown.
 fn token_arg(token: Option<u64>) -> Value {
-    token.map_or_else(|| "".into(), |t| (t as i64).into())
+    token.map_or_else(|| lit(""), |t| (t as i64).into())
 }
 
 pub(crate) fn unexpected(op: &'static str, reply: &[i64]) -> Error {

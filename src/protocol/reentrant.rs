@@ -3,11 +3,13 @@
 
 use std::sync::LazyLock;
 
+use fred::types::Value;
+
 use super::{
-    channel_release_args, first_send_flag, ms, Acquire, Call, Env, Protocol, Release, Script,
+    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script,
     CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
 };
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -33,29 +35,29 @@ static WAKE_NEXT: LazyLock<Script> =
 pub(super) struct Reentrant;
 
 impl Protocol for Reentrant {
-    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &ACQUIRE,
             keys: vec![&keys.lock, &keys.token, rec, &keys.waiters],
             args: vec![
-                a.owner.into(),
+                name(a.owner),
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
-                a.waiting.arg().into(),
-                a.grant.unwrap_or("").into(),
+                lit(a.waiting.arg()),
+                a.grant.map_or_else(|| lit(""), Value::from),
             ],
             first_send: Some(3),
         }
     }
 
-    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RELEASE,
             keys: vec![&keys.lock, &keys.waiters, rec, &keys.token],
             args: {
                 let mut args = channel_release_args(r, env);
-                args.push(keys.wake_prefix.as_str().into());
+                args.push(name(&keys.wake_prefix));
                 args
             },
             first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
@@ -68,15 +70,11 @@ impl Protocol for Reentrant {
 
     /// Passes a wake-up on (`lua/wake_next.lua`): the caller's client may
     /// have taken an unlock's only wake-up without using it.
-    fn leave<'a>(&self, keys: &'a LockKeys, _owner: &str, _rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(&self, keys: &'a LockKeys, _owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
         Some(Call {
             script: &WAKE_NEXT,
             keys: vec![&keys.lock, &keys.waiters],
-            args: vec![
-                UNLOCK_MESSAGE.into(),
-                keys.wake_prefix.as_str().into(),
-                env.publish.into(),
-            ],
+            args: vec![lit(UNLOCK_MESSAGE), name(&keys.wake_prefix), lit(env.publish)],
             first_send: None,
         })
     }

@@ -4,10 +4,10 @@
 use std::sync::LazyLock;
 
 use super::{
-    channel_release_args, first_send_flag, ms, Acquire, Call, Env, Protocol, Release, Script,
+    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script,
     CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
 };
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 
 static RW_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "rw_acquire.lua")));
@@ -22,24 +22,24 @@ pub(super) struct Side {
 }
 
 impl Protocol for Side {
-    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_ACQUIRE,
             keys: vec![&keys.lock, &keys.token, rec],
             args: vec![
-                a.owner.into(),
+                name(a.owner),
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
-                a.waiting.arg().into(),
-                if self.read { "read" } else { "write" }.into(),
+                lit(a.waiting.arg()),
+                lit(if self.read { "read" } else { "write" }),
                 ms(env.waiter_timeout).into(),
             ],
             first_send: Some(3),
         }
     }
 
-    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_RELEASE,
             keys: vec![&keys.lock, &keys.channel, rec],
@@ -53,11 +53,11 @@ impl Protocol for Side {
     }
 
     /// A waiting writer gives up: its mark goes. Readers leave nothing.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &str, _rec: Option<&'a str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
         (!self.read).then(|| Call {
             script: &RW_LEAVE,
             keys: vec![&keys.lock, &keys.channel],
-            args: vec![owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
+            args: vec![name(owner), lit(env.publish), lit(UNLOCK_MESSAGE)],
             first_send: None,
         })
     }

@@ -4,8 +4,8 @@
 
 use std::sync::LazyLock;
 
-use super::{ms, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
-use crate::keys::{Kind, LockKeys};
+use super::{lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use crate::keys::{Kind, LockKeys, Str};
 
 static SEM_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "sem_acquire.lua")));
@@ -19,7 +19,7 @@ pub(super) struct Semaphore;
 impl Protocol for Semaphore {
     /// Permit ids are unique per acquisition, so the hash itself is the
     /// replay record: `rec` is not used.
-    fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
+    fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
         let (total, take) = match keys.kind {
             Kind::Permits { total, take } => (total, take),
             _ => (0, 1),
@@ -28,21 +28,21 @@ impl Protocol for Semaphore {
             script: &SEM_ACQUIRE,
             keys: vec![&keys.lock],
             args: vec![
-                a.owner.into(),
+                name(a.owner),
                 (take as i64).into(),
                 (total as i64).into(),
                 ms(a.lease).into(),
-                a.waiting.arg().into(),
+                lit(a.waiting.arg()),
             ],
             first_send: None,
         }
     }
 
-    fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a str, r: &Release<'_>, env: &Env) -> Call<'a> {
+    fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &SEM_RELEASE,
             keys: vec![&keys.lock, &keys.channel],
-            args: vec![r.owner.into(), env.publish.into(), UNLOCK_MESSAGE.into()],
+            args: vec![name(r.owner), lit(env.publish), lit(UNLOCK_MESSAGE)],
             first_send: None,
         }
     }
