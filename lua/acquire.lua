@@ -28,6 +28,11 @@
 -- ARGV[6]  the caller's client id, the end of its wake channel's name
 --          (read when ARGV[5] is not "0")
 --
+-- A caller that only tries (ARGV[5] "0") may leave out ARGV[5], ARGV[6]
+-- and KEYS[4]: nothing reads them then, and fewer arguments cost the
+-- server (and the client) less. `waiting`, set by acquire_free.lua ahead
+-- of this file, is ARGV[5] with "0" for left out.
+--
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
 --                      or re-entered (count > 1, token = the current hold's)
@@ -81,10 +86,10 @@ end
 -- `pttl` is the lock's PTTL, read by acquire_free.lua ahead of this file.
 if pttl == -2 then
   local waited = false
-  if ARGV[5] == '2' or ARGV[5] == '4' then
+  if waiting == '2' or waiting == '4' then
     listen(tonumber(ARGV[2]), false)
     waited = true
-  elseif ARGV[5] ~= '0' then
+  elseif waiting ~= '0' then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
     waited = redis.call('EXISTS', KEYS[4]) == 1
   end
@@ -93,8 +98,8 @@ end
 local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
 if got.err then return refused(got, 1) end
 if not got[1] then
-  if ARGV[5] ~= '0' then
-    local place = listen(pttl >= 0 and pttl or tonumber(ARGV[2]), ARGV[5] == '3' or ARGV[5] == '4')
+  if waiting ~= '0' then
+    local place = listen(pttl >= 0 and pttl or tonumber(ARGV[2]), waiting == '3' or waiting == '4')
     if not got[3] then
       -- A refused mark (a full server) only costs the waiter a wait to the
       -- lease's end.

@@ -6,23 +6,27 @@
 -- and no record is read.
 --
 -- It answers a first send (ARGV[4] = "1") that finds the lock free and
--- whose client is not put in the waiters list by a take (ARGV[5] "0", "1"
--- or "3"), exactly as the rest of the script would: the next token, the
--- owner's field at 1, ':token', ':take' (and ':wait' when a listening
--- caller's client has other sleeping waiters in KEYS[4]), the lease.
+-- whose client is not put in the waiters list by a take (ARGV[5] "0" or
+-- left out, "1" or "3"), exactly as the rest of the script would: the
+-- next token, the owner's field at 1, ':token', ':take' (and ':wait' when
+-- a listening caller's client has other sleeping waiters in KEYS[4]), the
+-- lease.
 -- Everything else falls through to the full script, and so does a refused
 -- INCR (a wrong type on KEYS[2]: nothing is written yet, and the full
 -- script reports it by key). The take's writes are the ones of `take` in
 -- shared_acquire.lua, and the counter's start the one of `next_token` in
 -- shared.lua: the tests of both paths hold them to the same results.
 --
--- `pttl`, the lock's PTTL, is read here once for the whole script:
--- acquire.lua goes on from it (nothing is written before it does).
+-- `pttl`, the lock's PTTL, is read here once for the whole script, and
+-- `waiting` is ARGV[5] ("0" when left out: a caller that only tries leaves
+-- ARGV[5], ARGV[6] and KEYS[4] out, see acquire.lua). acquire.lua goes on
+-- from both (nothing is written before it does).
 -- PTTL answers for a key of any type: -2 means no lock, and otherwise it
 -- is the holder's remaining lease, the reply when the lock is another's.
 
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 and ARGV[4] == '1' and (ARGV[5] == '0' or ARGV[5] == '1' or ARGV[5] == '3') then
+local waiting = ARGV[5] or '0'
+if pttl == -2 and ARGV[4] == '1' and (waiting == '0' or waiting == '1' or waiting == '3') then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'number' then
     if token == 1 then
@@ -31,7 +35,7 @@ if pttl == -2 and ARGV[4] == '1' and (ARGV[5] == '0' or ARGV[5] == '1' or ARGV[5
       redis.call('SET', KEYS[2], string.format('%d', token))
     end
     local text = string.format('%d', token)
-    if ARGV[5] ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then
+    if waiting ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':wait', '1')
     else
       redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3])

@@ -488,8 +488,8 @@ impl Node {
         // ignores a custom command's `ClusterHash::Offset` and hashes the
         // first string argument (the SHA) instead, so the slot is given.
         let route = match keys.first() {
-            Some(k) => ClusterHash::Custom(fred::util::redis_keyslot(k.as_bytes())),
-            None => ClusterHash::Random,
+            Some(k) if self.client.is_clustered() => ClusterHash::Custom(fred::util::redis_keyslot(k.as_bytes())),
+            _ => ClusterHash::Random,
         };
         let mut backoff = crate::runtime::Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
         let mut use_eval = false;

@@ -952,3 +952,65 @@ async fn a_refused_attempt_and_a_nested_release_read_the_lock_once() {
     })
     .await
 }
+
+/// An attempt that only tries leaves out what only a waiter's attempt
+/// reads (the waiters list, how it waits, its client id): the first
+/// attempt of an uncontended `lock()` sends 3 keys and 4 arguments, and
+/// the attempts of a wait send all 4 keys and 6 arguments. (The server's
+/// slow log, told to keep every command, shows each call's arguments.)
+#[tokio::test]
+async fn an_attempt_that_only_tries_sends_fewer_arguments() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        server.cmd(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
+        server.cmd(&["SLOWLOG", "RESET"]);
+
+        let held = a.lock("trim").unwrap().lock().await.unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = b.lock("trim").unwrap().lock().await.unwrap();
+            g.unlock().await.unwrap();
+        });
+        // The waiter listens once its refused attempt put its client in
+        // the waiters list.
+        let listed = eventually(Duration::from_secs(10), || {
+            server.cmd(&["LLEN", "lockwarden:{trim}:waiters"]).as_int() == Some(1)
+        })
+        .await;
+        assert!(listed, "the waiter's client is in the waiters list");
+        held.unlock().await.unwrap();
+        waiter.await.unwrap();
+
+        // The acquire calls: EVALSHA sha numkeys lock token record ...
+        let log = server.cmd(&["SLOWLOG", "GET", "10000"]);
+        let Reply::Array(entries) = log else {
+            panic!("SLOWLOG GET: {log:?}")
+        };
+        let acquires: Vec<Vec<String>> = entries
+            .iter()
+            .filter_map(|e| match e {
+                Reply::Array(fields) => Some(fields.get(3)?.strings()),
+                _ => None,
+            })
+            .filter(|args| {
+                args.first().is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
+                    && args.get(3).map(String::as_str) == Some("trim")
+                    && args.get(4).map(String::as_str) == Some("lockwarden:{trim}:token")
+            })
+            .collect();
+        let tries = acquires.iter().filter(|a| a[2] == "3").count();
+        let waits = acquires.iter().filter(|a| a[2] == "4").count();
+        assert!(
+            tries >= 2,
+            "the first attempts of both lock() calls only try: {acquires:?}"
+        );
+        assert!(waits >= 1, "the waiter's later attempts say it waits: {acquires:?}");
+        for a in &acquires {
+            let expected = if a[2] == "3" { 3 + 3 + 4 } else { 3 + 4 + 6 };
+            assert_eq!(a.len(), expected, "an acquire call's arguments: {a:?}");
+        }
+    })
+    .await
+}

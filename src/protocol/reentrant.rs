@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use fred::types::Value;
 
 use super::{
-    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script,
+    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, Waiting,
     CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
 };
 use crate::keys::{LockKeys, Str};
@@ -36,19 +36,26 @@ pub(super) struct Reentrant;
 
 impl Protocol for Reentrant {
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
-        Call {
+        let mut call = Call {
             script: &ACQUIRE,
-            keys: vec![&keys.lock, &keys.token, rec, &keys.waiters],
+            keys: vec![&keys.lock, &keys.token, rec],
             args: vec![
                 name(a.owner),
                 ms(a.lease).into(),
                 ms(env.record_ttl).into(),
                 first_send_flag(!a.resent),
-                lit(a.waiting.arg()),
-                a.grant.map_or_else(|| lit(""), Value::from),
             ],
             first_send: Some(3),
+        };
+        // An attempt that only tries leaves out what only a waiter's
+        // attempt reads (see lua/acquire.lua): the waiters list, how it
+        // waits, and its client id.
+        if a.waiting != Waiting::No {
+            call.keys.push(&keys.waiters);
+            call.args.push(lit(a.waiting.arg()));
+            call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
         }
+        call
     }
 
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
