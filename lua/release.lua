@@ -12,13 +12,17 @@
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 --          (never shortens the current lease)
 -- ARGV[3]  replay-record lifetime in ms (> 0)
--- ARGV[4]  message to publish on the wake channel of the client woken
--- ARGV[5]  the fencing token of the hold being released, or "" when unknown
--- ARGV[6]  "SPUBLISH" on a cluster (sharded pub/sub: the channel shares the
---          lock's slot), anything else for PUBLISH
--- ARGV[7]  "1" when this request was never sent before (its record cannot
+-- ARGV[4]  the fencing token of the hold being released, or "" when unknown
+-- ARGV[5]  "1" when this request was never sent before (its record cannot
 --          exist, and is not read), anything else on a re-send
--- ARGV[8]  prefix of the clients' wake channels (prefix .. client id)
+-- ARGV[6]  prefix of the clients' wake channels (prefix .. client id)
+-- ARGV[7]  message to publish on the wake channel of the client woken;
+--          "0" when left out
+-- ARGV[8]  "SPUBLISH" on a cluster (sharded pub/sub: the channel shares the
+--          lock's slot); PUBLISH when left out or anything else
+--
+-- The last two are left out unless they differ from what leaving them out
+-- means: each argument costs the server (and the client) a little.
 --
 -- Returns
 --   0    released: the owner's last level was removed, and one sleeping
@@ -44,13 +48,13 @@
 -- token is given: any later hold has a higher token, so a replay finds no
 -- matching hold and changes nothing.
 
-local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
+local publish = ARGV[8] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done, listened = leave_level(1, 4, 3, 5, ARGV[7] == '1', held)
+local done, listened = leave_level(1, 4, 3, 4, ARGV[5] == '1', held)
 if done then
   return done
 end
 if listened then
-  wake_next(2, ARGV[8], publish, ARGV[4])
+  wake_next(2, ARGV[6], publish, ARGV[7] or '0')
 end
 return 0

@@ -5,7 +5,7 @@
 -- needs: no helper function of the shared parts is defined (each would be
 -- made anew on every call) and no record is read.
 --
--- It answers a first send (ARGV[7] = "1") with the hold's token (ARGV[5]
+-- It answers a first send (ARGV[5] = "1") with the hold's token (ARGV[4]
 -- not "") whose owner holds one level, of the hold with that token, and
 -- that no listening waiter marked (no ':wait'): the hash is deleted and 0
 -- returned, exactly as `leave_level` in shared_release.lua and the rest of
@@ -15,10 +15,10 @@
 -- so the hash is read once.
 
 local held
-if ARGV[7] == '1' then
+if ARGV[5] == '1' then
   held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
-  if ARGV[5] ~= '' and held[1] == '1' and not held[3] and held[2]
-      and tonumber(held[2]) == tonumber(ARGV[5]) then
+  if ARGV[4] ~= '' and held[1] == '1' and not held[3] and held[2]
+      and tonumber(held[2]) == tonumber(ARGV[4]) then
     redis.call('DEL', KEYS[1])
     return 0
   end

@@ -953,13 +953,16 @@ async fn a_refused_attempt_and_a_nested_release_read_the_lock_once() {
     .await
 }
 
-/// An attempt that only tries leaves out what only a waiter's attempt
-/// reads (the waiters list, how it waits, its client id): the first
-/// attempt of an uncontended `lock()` sends 3 keys and 4 arguments, and
-/// the attempts of a wait send all 4 keys and 6 arguments. (The server's
-/// slow log, told to keep every command, shows each call's arguments.)
+/// Calls leave out the arguments they do not need. An attempt that only
+/// tries leaves out what only a waiter's attempt reads (the waiters list,
+/// how it waits, its client id): the first attempt of an uncontended
+/// `lock()` sends 3 keys and 4 arguments, and the attempts of a wait send
+/// all 4 keys and 6 arguments. A release off a cluster leaves out the
+/// unlock message and the publish command (4 keys and 6 arguments). (The
+/// server's slow log, told to keep every command, shows each call's
+/// arguments.)
 #[tokio::test]
-async fn an_attempt_that_only_tries_sends_fewer_arguments() {
+async fn calls_leave_out_the_arguments_they_do_not_need() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let a = client(&server.url(), LONG).await;
@@ -983,12 +986,13 @@ async fn an_attempt_that_only_tries_sends_fewer_arguments() {
         held.unlock().await.unwrap();
         waiter.await.unwrap();
 
-        // The acquire calls: EVALSHA sha numkeys lock token record ...
+        // EVALSHA sha numkeys lock token record ... (acquire) and
+        // EVALSHA sha numkeys lock waiters record token ... (release).
         let log = server.cmd(&["SLOWLOG", "GET", "10000"]);
         let Reply::Array(entries) = log else {
             panic!("SLOWLOG GET: {log:?}")
         };
-        let acquires: Vec<Vec<String>> = entries
+        let calls: Vec<Vec<String>> = entries
             .iter()
             .filter_map(|e| match e {
                 Reply::Array(fields) => Some(fields.get(3)?.strings()),
@@ -997,9 +1001,25 @@ async fn an_attempt_that_only_tries_sends_fewer_arguments() {
             .filter(|args| {
                 args.first().is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
                     && args.get(3).map(String::as_str) == Some("trim")
-                    && args.get(4).map(String::as_str) == Some("lockwarden:{trim}:token")
             })
             .collect();
+        let with_second_key = |key: &str| -> Vec<&Vec<String>> {
+            calls
+                .iter()
+                .filter(|args| args.get(4).map(String::as_str) == Some(key))
+                .collect()
+        };
+        let acquires = with_second_key("lockwarden:{trim}:token");
+        // (A client that got a wake-up it did not use passes it on: a
+        // call with two keys, the lock and its waiters list.)
+        let releases: Vec<_> = with_second_key("lockwarden:{trim}:waiters")
+            .into_iter()
+            .filter(|args| args[2] == "4")
+            .collect();
+        assert_eq!(releases.len(), 2, "both unlocks: {calls:?}");
+        for r in &releases {
+            assert_eq!(r.len(), 3 + 4 + 6, "a release call's arguments: {r:?}");
+        }
         let tries = acquires.iter().filter(|a| a[2] == "3").count();
         let waits = acquires.iter().filter(|a| a[2] == "4").count();
         assert!(

@@ -121,7 +121,7 @@ pub(crate) struct Call<'a> {
 }
 
 /// The ARGV of a release that wakes its waiters on the lock's channel
-/// (`release.lua`, `rw_release.lua`): owner, relet, record lifetime,
+/// (`rw_release.lua`): owner, relet, record lifetime,
 /// message, token, publish command, and the first-send flag at index
 /// [`CHANNEL_RELEASE_FIRST_SEND`].
 fn channel_release_args(r: &Release<'_>, env: &Env) -> Vec<Value> {

@@ -6,8 +6,7 @@ use std::sync::LazyLock;
 use fred::types::Value;
 
 use super::{
-    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, Waiting,
-    CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
+    first_send_flag, lit, ms, name, token_arg, Acquire, Call, Env, Protocol, Release, Script, Waiting, UNLOCK_MESSAGE,
 };
 use crate::keys::{LockKeys, Str};
 
@@ -59,15 +58,25 @@ impl Protocol for Reentrant {
     }
 
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        let mut args = vec![
+            name(r.owner),
+            ms(r.relet).into(),
+            ms(env.record_ttl).into(),
+            token_arg(r.token),
+            first_send_flag(!r.resent),
+            name(&keys.wake_prefix),
+        ];
+        // The message is always the plain one, and PUBLISH is what leaving
+        // the command out means (see lua/release.lua).
+        if env.publish != "PUBLISH" {
+            args.push(lit(UNLOCK_MESSAGE));
+            args.push(lit(env.publish));
+        }
         Call {
             script: &RELEASE,
             keys: vec![&keys.lock, &keys.waiters, rec, &keys.token],
-            args: {
-                let mut args = channel_release_args(r, env);
-                args.push(name(&keys.wake_prefix));
-                args
-            },
-            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
+            args,
+            first_send: Some(4),
         }
     }
 
