@@ -196,7 +196,7 @@ impl Error {
         timeout: Duration,
         e: fred::error::Error,
     ) -> Error {
-        let first = keys.first().map_or("", |k| &***k);
+        let first = keys.first().map_or("", |k| &k[..]);
         if e.details().starts_with("DEADLOCK") {
             return Error::WouldDeadlock { key: first.to_string() };
         }

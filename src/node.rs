@@ -482,7 +482,7 @@ impl Node {
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(Value::from_static_str(script.sha));
         argv.push((keys.len() as i64).into());
-        argv.extend(keys.iter().map(|k| Value::String((*k).clone())));
+        argv.extend(keys.iter().map(|k| crate::protocol::name(k)));
         argv.extend(args);
         // In a cluster the call goes to the node of the keys' slot. fred
         // ignores a custom command's `ClusterHash::Offset` and hashes the
@@ -676,7 +676,7 @@ impl Node {
                 &[&keys.token, &keys.lock],
                 vec![
                     (token as i64).into(),
-                    Value::String(owner.clone()),
+                    crate::protocol::name(owner),
                     (held as i64).into(),
                 ],
                 self.command_timeout,
@@ -845,7 +845,7 @@ impl Node {
             .client
             .custom(
                 CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
-                vec![Value::String(keys.lock.clone())],
+                vec![crate::protocol::name(&keys.lock)],
             )
             .await
             .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
