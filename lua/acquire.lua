@@ -34,8 +34,13 @@
 -- of this file, is ARGV[5] with "0" for left out.
 --
 -- Returns
---   {1, token, count}  acquired: fresh (count 1, token = next_token of KEYS[2])
---                      or re-entered (count > 1, token = the current hold's)
+--   token              acquired fresh, by a first send that found the lock
+--                      free (acquire_free.lua): count 1, token =
+--                      next_token of KEYS[2]. A bare number, not a table:
+--                      making and answering a table costs the server about
+--                      as much as the hash's writes
+--   {1, token, count}  acquired otherwise: fresh (count 1), or re-entered
+--                      (count > 1, token = the current hold's)
 --   {0, pttl}          held by another owner; pttl is its remaining lease in ms
 --                      (-1 when the key has no TTL)
 --   {0, pttl, place}   the same, for a listening caller (ARGV[5] not "0"):

@@ -7,10 +7,11 @@
 --
 -- It answers a first send (ARGV[4] = "1") that finds the lock free and
 -- whose client is not put in the waiters list by a take (ARGV[5] "0" or
--- left out, "1" or "3"), exactly as the rest of the script would: the
--- next token, the owner's field at 1, ':token', ':take' (and ':wait' when
--- a listening caller's client has other sleeping waiters in KEYS[4]), the
--- lease.
+-- left out, "1" or "3"), with the writes the rest of the script would
+-- make: the next token, the owner's field at 1, ':token', ':take' (and
+-- ':wait' when a listening caller's client has other sleeping waiters in
+-- KEYS[4]), the lease. Its reply is the bare token, which means
+-- {1, token, 1} (see acquire.lua).
 -- Everything else falls through to the full script, and so does a refused
 -- INCR (a wrong type on KEYS[2]: nothing is written yet, and the full
 -- script reports it by key). The take's writes are the ones of `take` in
@@ -41,6 +42,6 @@ if pttl == -2 and ARGV[4] == '1' and (waiting == '0' or waiting == '1' or waitin
       redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3])
     end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, token, 1}
+    return token
   end
 end

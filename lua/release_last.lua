@@ -12,13 +12,15 @@
 -- the script do. Everything else falls through to the full script before
 -- anything is written. `held`, what a first send read of the hash (nil on
 -- a re-send, whose record is looked at first), goes on to `leave_level`,
--- so the hash is read once.
+-- so the hash is read once. The tokens are compared as text first (the
+-- client sends the text the scripts wrote, and equal Lua strings are one
+-- comparison); as numbers, which parses both, only when the texts differ.
 
 local held
 if ARGV[5] == '1' then
   held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
   if ARGV[4] ~= '' and held[1] == '1' and not held[3] and held[2]
-      and tonumber(held[2]) == tonumber(ARGV[4]) then
+      and (held[2] == ARGV[4] or tonumber(held[2]) == tonumber(ARGV[4])) then
     redis.call('DEL', KEYS[1])
     return 0
   end

@@ -953,6 +953,54 @@ async fn a_refused_attempt_and_a_nested_release_read_the_lock_once() {
     .await
 }
 
+/// A first send that takes a free lock answers with the bare token, not
+/// `{1, token, 1}`: making and answering a table cost the server about as
+/// much as the hash's writes. Every other grant keeps the list (here a
+/// re-entry: `{1, token, 2}`, the same token). The library reads both
+/// (every other test); this one sends the script itself.
+#[tokio::test]
+async fn a_fresh_take_answers_with_the_bare_token() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let acquire = concat!(
+            include_str!("../lua/acquire_free.lua"),
+            include_str!("../lua/shared.lua"),
+            include_str!("../lua/shared_acquire.lua"),
+            include_str!("../lua/acquire.lua")
+        );
+        let take = |request: &str| {
+            server.cmd(&[
+                "EVAL",
+                acquire,
+                "3",
+                "bare",
+                "lockwarden:{bare}:token",
+                request,
+                "client:1",
+                "30000",
+                "10000",
+                "1",
+            ])
+        };
+        let fresh = take("lockwarden:{bare}:req:a");
+        let Reply::Int(token) = fresh else {
+            panic!("a fresh take answers with a number, got {fresh:?}");
+        };
+        assert!(token > 0);
+        assert_eq!(
+            server.cmd(&["HGET", "bare", ":token"]).as_int(),
+            Some(token),
+            "the hold's token is the one answered"
+        );
+        assert_eq!(
+            take("lockwarden:{bare}:req:b"),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(token), Reply::Int(2)]),
+            "a re-entry answers with the list"
+        );
+    })
+    .await
+}
+
 /// Calls leave out the arguments they do not need. An attempt that only
 /// tries leaves out what only a waiter's attempt reads (the waiters list,
 /// how it waits, its client id): the first attempt of an uncontended

@@ -287,9 +287,14 @@ pub(crate) enum ReleaseReply {
 
 /// The reply of every kind's acquire script: `{1, token, count}` or
 /// `{0, pttl}`, or `{0, pttl, place}` for a listening waiter of the
-/// reentrant lock.
+/// reentrant lock, whose fresh take by a first send replies with the bare
+/// token (`lua/acquire_free.lua`; it reaches here as a one-element list).
 pub(crate) fn acquire_reply(reply: &[i64]) -> Result<AcquireReply> {
     match reply {
+        [token] => Ok(AcquireReply::Acquired {
+            token: *token as u64,
+            count: 1,
+        }),
         [1, token, count] => Ok(AcquireReply::Acquired {
             token: *token as u64,
             count: *count as u64,
