@@ -161,11 +161,12 @@ impl<'a> FairWait<'a> {
 
 impl Policy for FairWait<'_> {
     /// Its wake id's channel, or its owner's: an unlock wakes only the head.
-    fn channel(&self, t: Target<'_>) -> String {
-        match &self.wake {
-            Some(w) => format!("{}{}", t.keys.wake_prefix, w.name),
-            None => format!("{}{}", t.keys.wake_prefix, self.owner),
-        }
+    fn channel(&self, t: Target<'_>) -> Str {
+        let end: &str = match &self.wake {
+            Some(w) => &w.name,
+            None => self.owner,
+        };
+        crate::keys::joined(&[&t.keys.wake_prefix, end]).into()
     }
 
     fn early_interest(&mut self, t: Target<'_>) -> Option<Interest> {

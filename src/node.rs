@@ -748,15 +748,14 @@ impl Node {
                 &FORCE_UNLOCK,
                 &[&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
                 vec![
-                    UNLOCK_MESSAGE.into(),
+                    crate::protocol::lit(UNLOCK_MESSAGE),
                     crate::protocol::name(&keys.wake_prefix),
-                    self.publish().into(),
-                    match keys.kind {
+                    crate::protocol::lit(self.publish()),
+                    crate::protocol::lit(match keys.kind {
                         crate::keys::Kind::Read => "read",
                         crate::keys::Kind::Write => "write",
                         _ => "",
-                    }
-                    .into(),
+                    }),
                 ],
                 self.command_timeout,
             )

@@ -70,8 +70,8 @@ pub(crate) struct Refusal {
 pub(crate) trait Policy: Send {
     /// The channel whose messages wake this wait: by default the lock's,
     /// which every unlock publishes on.
-    fn channel(&self, t: Target<'_>) -> String {
-        t.keys.channel.to_string()
+    fn channel(&self, t: Target<'_>) -> Str {
+        t.keys.channel.clone()
     }
 
     /// A subscription to its channel that is still open (from an earlier
@@ -232,8 +232,8 @@ impl WakeOne {
 }
 
 impl Policy for WakeOne {
-    fn channel(&self, _t: Target<'_>) -> String {
-        self.channel.to_string()
+    fn channel(&self, _t: Target<'_>) -> Str {
+        self.channel.clone()
     }
 
     /// The client's channel may still be subscribed (another wait, or a
