@@ -16,6 +16,18 @@
 //! 0–200 ms until it gets the lock), 30 s TTL, `unlock`; its row is
 //! `"workload":"W3","library":"rslock"`.
 //!
+//! W3 is also run as a **kept floor** (`"library":"kept floor"`): the work
+//! lockwarden's non-fair lock does on the server for a contended
+//! acquisition, as two bare scripts sent through fred with no client logic,
+//! so the cheapest thing that keeps the guarantees, measured in the same
+//! run. The try takes a free lock the way lockwarden's does (`PTTL`, fencing
+//! `INCR`, the hash with the owner's count, token and the take's record, the
+//! lease); refused, it adds its worker to the lock's waiters and answers the
+//! holder's remaining lease. The release checks owner and token, deletes,
+//! and wakes one waiter on that waiter's own channel. A worker subscribes
+//! once to its channel and, refused, sleeps until a wake-up or the holder's
+//! remaining lease, then tries again.
+//!
 //! Prints one JSON object per line.
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -57,6 +69,7 @@ fn main() {
         for run in [
             Run::Lockwarden { fair: false },
             Run::Rslock,
+            Run::KeptFloor,
             Run::Lockwarden { fair: true },
         ] {
             let cmds0: u64 = server
@@ -69,6 +82,7 @@ fn main() {
                 match run {
                     Run::Lockwarden { fair } => workloads::contended(&u, fair, 8, duration).await.unwrap(),
                     Run::Rslock => rslock_w3(&u, 8, duration).await,
+                    Run::KeptFloor => kept_floor_w3(&u, 8, duration).await,
                 }
             })
             .await
@@ -82,6 +96,7 @@ fn main() {
             let library = match run {
                 Run::Lockwarden { .. } => "lockwarden",
                 Run::Rslock => "rslock",
+                Run::KeptFloor => "kept floor",
             };
             println!(
                 "{},\"library\":\"{library}\",\"redis_cmds_per_op_incl_warmup\":{:.1}}}",
@@ -97,6 +112,7 @@ fn main() {
 enum Run {
     Lockwarden { fair: bool },
     Rslock,
+    KeptFloor,
 }
 
 /// W3 with rslock: `workers` workers, each with its own lock manager (its
@@ -121,6 +137,104 @@ async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::
                 race.critical();
                 let t_rel = Instant::now();
                 rl.unlock(&lock).await;
+                holds.push(workloads::Hold {
+                    worker,
+                    t_req,
+                    t_acq,
+                    t_rel,
+                });
+            }
+            holds
+        }));
+    }
+    race.finish("W3", tasks).await
+}
+
+/// The kept floor's try (see the header). KEYS: lock, token counter,
+/// waiters; ARGV: owner, lease ms, the take's record, worker, "1" when this
+/// worker was refused earlier in this wait (then it leaves the waiters, so
+/// no unlock wakes a worker that no longer waits). Answers the token (> 0)
+/// when taken, else `-1 - PTTL`.
+const KEPT_TRY: &str = "local p = redis.call('PTTL', KEYS[1]) \
+    if p == -2 then \
+      local t = redis.call('INCR', KEYS[2]) \
+      redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', ARGV[3]) \
+      redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+      if ARGV[5] == '1' then redis.call('SREM', KEYS[3], ARGV[4]) end return t end \
+    redis.call('SADD', KEYS[3], ARGV[4]) return -1 - p";
+
+/// The kept floor's release. KEYS: lock, waiters; ARGV: owner, token,
+/// wake channel prefix. Answers 0, or -1 when not the holder.
+const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token') \
+    if not h[1] or h[2] ~= ARGV[2] then return -1 end \
+    redis.call('DEL', KEYS[1]) \
+    local w = redis.call('SPOP', KEYS[2]) \
+    if w then redis.call('PUBLISH', ARGV[3] .. w, '0') end return 0";
+
+/// W3 as the kept floor (see the header): `workers` workers, each with its
+/// own fred client and subscriber, contend for one key for a 1 s warm-up
+/// plus `duration`.
+async fn kept_floor_w3(url: &str, workers: usize, duration: Duration) -> workloads::Contended {
+    use fred::prelude::{Builder, ClientLike, Config, EventInterface, LuaInterface, PubsubInterface};
+    use std::time::Instant;
+
+    const KEYS: [&str; 3] = ["{w3kept}", "{w3kept}:token", "{w3kept}:waiters"];
+    const WAKE: &str = "{w3kept}:wake:";
+    let config = Config::from_url(url).unwrap();
+    let race = workloads::Race::new(duration);
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let client = Builder::from_config(config.clone()).build().unwrap();
+        client.init().await.unwrap();
+        let sub = Builder::from_config(config.clone()).build_subscriber_client().unwrap();
+        sub.init().await.unwrap();
+        let mut wakes = sub.message_rx();
+        sub.subscribe(format!("{WAKE}{worker}")).await.unwrap();
+        let take: String = client.script_load(KEPT_TRY).await.unwrap();
+        let release: String = client.script_load(KEPT_RELEASE).await.unwrap();
+        let race = race.clone();
+        tasks.push(tokio::spawn(async move {
+            let _sub = sub;
+            let owner = format!("kept-floor-client-{worker}:1");
+            let mut holds = Vec::new();
+            let mut attempts = 0u64;
+            while race.running() {
+                let t_req = Instant::now();
+                let deadline = t_req + Duration::from_secs(5);
+                let mut refused = false;
+                let token = loop {
+                    attempts += 1;
+                    let args = vec![
+                        owner.clone(),
+                        "30000".to_string(),
+                        format!("{worker}:{attempts:016x}"),
+                        worker.to_string(),
+                        if refused { "1" } else { "0" }.to_string(),
+                    ];
+                    let r: i64 = client.evalsha(&take, KEYS.to_vec(), args).await.unwrap();
+                    if r > 0 {
+                        break Some(r);
+                    }
+                    refused = true;
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break None;
+                    }
+                    let pttl = Duration::from_millis((-1 - r).max(0) as u64);
+                    let _ = tokio::time::timeout(pttl.min(left), wakes.recv()).await;
+                };
+                let Some(token) = token else {
+                    race.error();
+                    continue;
+                };
+                let t_acq = Instant::now();
+                race.critical();
+                let t_rel = Instant::now();
+                let args = vec![owner.clone(), token.to_string(), WAKE.to_string()];
+                let r: i64 = client.evalsha(&release, vec![KEYS[0], KEYS[2]], args).await.unwrap();
+                if r != 0 {
+                    race.error();
+                }
                 holds.push(workloads::Hold {
                     worker,
                     t_req,
