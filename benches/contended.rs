@@ -28,7 +28,10 @@
 //! once to its channel and, refused, sleeps until a wake-up or the holder's
 //! remaining lease, then tries again.
 //!
-//! Prints one JSON object per line.
+//! Prints one JSON object per line. Besides the workload's own fields, each
+//! row has the server's commands and CPU per acquisition (`INFO` before and
+//! after) and this process's CPU per acquisition (all the clients, and the
+//! bench's own bookkeeping), all counted over the warm-up too.
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "support/workloads.rs"]
@@ -72,11 +75,8 @@ fn main() {
             Run::KeptFloor,
             Run::Lockwarden { fair: true },
         ] {
-            let cmds0: u64 = server
-                .info_field("stats", "total_commands_processed")
-                .unwrap()
-                .parse()
-                .unwrap();
+            let (cmds0, redis_cpu0) = server_totals(&server);
+            let client_cpu0 = workloads::client_cpu_us();
             let u = url.clone();
             let r = tokio::spawn(async move {
                 match run {
@@ -87,11 +87,9 @@ fn main() {
             })
             .await
             .unwrap();
-            let cmds1: u64 = server
-                .info_field("stats", "total_commands_processed")
-                .unwrap()
-                .parse()
-                .unwrap();
+            let client_cpu = workloads::client_cpu_us() - client_cpu0;
+            let (cmds1, redis_cpu1) = server_totals(&server);
+            let ops = r.all_ops.max(1) as f64;
             let line = r.json();
             let library = match run {
                 Run::Lockwarden { .. } => "lockwarden",
@@ -99,13 +97,24 @@ fn main() {
                 Run::KeptFloor => "kept floor",
             };
             println!(
-                "{},\"library\":\"{library}\",\"redis_cmds_per_op_incl_warmup\":{:.1}}}",
+                "{},\"library\":\"{library}\",\"redis_cmds_per_op_incl_warmup\":{:.1},\
+                 \"redis_cpu_us_per_op_incl_warmup\":{:.1},\"client_cpu_us_per_op_incl_warmup\":{:.1}}}",
                 &line[..line.len() - 1],
-                (cmds1 - cmds0) as f64 / r.all_ops.max(1) as f64
+                (cmds1 - cmds0) as f64 / ops,
+                (redis_cpu1 - redis_cpu0) / ops,
+                client_cpu / ops,
             );
             assert_eq!((r.violations, r.overlaps, r.lost_updates), (0, 0, 0), "safety");
         }
     });
+}
+
+/// The commands the server has run so far, and its CPU time in µs.
+fn server_totals(server: &common::RedisServer) -> (u64, f64) {
+    let field = |section: &str, name: &str| server.info_field(section, name).and_then(|v| v.parse::<f64>().ok());
+    let cmds = field("stats", "total_commands_processed").expect("INFO stats") as u64;
+    let cpu = field("cpu", "used_cpu_sys").unwrap_or(0.0) + field("cpu", "used_cpu_user").unwrap_or(0.0);
+    (cmds, cpu * 1e6)
 }
 
 #[derive(Clone, Copy)]

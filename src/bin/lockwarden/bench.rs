@@ -76,17 +76,6 @@ async fn counters(redis: &fred::clients::Client) -> Option<Counters> {
     })
 }
 
-/// CPU time this process has used so far (user + system), in µs.
-fn client_cpu_us() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
-    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    us(ru.ru_utime) + us(ru.ru_stime)
-}
-
 /// The client's CPU per operation: with the server's, what a host with few
 /// cores has to fit into each operation.
 fn add_client_cost(m: &mut Map<String, serde_json::Value>, cpu_us: f64, all_ops: usize) {
@@ -270,7 +259,7 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
 
     for w in wanted {
         let before = counters(&redis).await;
-        let cpu_before = client_cpu_us();
+        let cpu_before = workloads::client_cpu_us();
         let total = args.duration + Duration::from_secs(1);
         let url = ctx.url.clone();
         let (mut m, all_ops) = match w.as_str() {
@@ -323,9 +312,9 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
                     let one = workloads::ping_us(masters[0], 2000).await;
                     let w1 = workloads::uncontended(&c, 1, d).await;
                     let before = all_counters(&masters).await;
-                    let cpu = client_cpu_us();
+                    let cpu = workloads::client_cpu_us();
                     let w4 = workloads::uncontended(&q, 1, d).await;
-                    let cpu = client_cpu_us() - cpu;
+                    let cpu = workloads::client_cpu_us() - cpu;
                     let after = all_counters(&masters).await;
                     (w1, w4, fanout, one, before, after, cpu)
                 })
@@ -371,7 +360,7 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
         };
         // W4 counts its own, over all five masters.
         if w != "W6" && w != "W4" {
-            add_client_cost(&mut m, client_cpu_us() - cpu_before, all_ops);
+            add_client_cost(&mut m, workloads::client_cpu_us() - cpu_before, all_ops);
             add_server_cost(&mut m, before, counters(&redis).await, all_ops);
         }
         report.emit(m);
