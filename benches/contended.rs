@@ -142,16 +142,9 @@ async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::
                     race.error();
                     continue;
                 };
-                let t_acq = Instant::now();
-                race.critical();
-                let t_rel = Instant::now();
+                let hold = race.hold(worker, t_req);
                 rl.unlock(&lock).await;
-                holds.push(workloads::Hold {
-                    worker,
-                    t_req,
-                    t_acq,
-                    t_rel,
-                });
+                holds.push(hold);
             }
             holds
         }));
@@ -236,20 +229,13 @@ async fn kept_floor_w3(url: &str, workers: usize, duration: Duration) -> workloa
                     race.error();
                     continue;
                 };
-                let t_acq = Instant::now();
-                race.critical();
-                let t_rel = Instant::now();
+                let hold = race.hold(worker, t_req);
                 let args = vec![owner.clone(), token.to_string(), WAKE.to_string()];
                 let r: i64 = client.evalsha(&release, vec![KEYS[0], KEYS[2]], args).await.unwrap();
                 if r != 0 {
                     race.error();
                 }
-                holds.push(workloads::Hold {
-                    worker,
-                    t_req,
-                    t_acq,
-                    t_rel,
-                });
+                holds.push(hold);
             }
             holds
         }));

@@ -140,6 +140,20 @@ impl Race {
         }
     }
 
+    /// A hold just taken, asked for at `t_req`: runs the critical section
+    /// and gives the hold's times, its release time taken before the
+    /// release is sent.
+    pub fn hold(&self, worker: usize, t_req: Instant) -> Hold {
+        let t_acq = Instant::now();
+        self.critical();
+        Hold {
+            worker,
+            t_req,
+            t_acq,
+            t_rel: Instant::now(),
+        }
+    }
+
     /// Whether the run goes on.
     pub fn running(&self) -> bool {
         Instant::now() < self.end
@@ -205,18 +219,11 @@ pub async fn contended(url: &str, fair: bool, workers: usize, duration: Duration
                         continue;
                     }
                 };
-                let t_acq = Instant::now();
-                race.critical();
-                let t_rel = Instant::now();
+                let hold = race.hold(worker, t_req);
                 if guard.unlock().await.is_err() {
                     race.error();
                 }
-                holds.push(Hold {
-                    worker,
-                    t_req,
-                    t_acq,
-                    t_rel,
-                });
+                holds.push(hold);
             }
             holds
         }));
