@@ -75,7 +75,7 @@ fn main() {
             Run::KeptFloor,
             Run::Lockwarden { fair: true },
         ] {
-            let (cmds0, redis_cpu0) = server_totals(&server);
+            let (cmds0, redis_cpu0) = (server.commands_processed(), server.cpu_seconds());
             let client_cpu0 = workloads::client_cpu_us();
             let u = url.clone();
             let r = tokio::spawn(async move {
@@ -88,7 +88,7 @@ fn main() {
             .await
             .unwrap();
             let client_cpu = workloads::client_cpu_us() - client_cpu0;
-            let (cmds1, redis_cpu1) = server_totals(&server);
+            let (cmds1, redis_cpu1) = (server.commands_processed(), server.cpu_seconds());
             let ops = r.all_ops.max(1) as f64;
             let line = r.json();
             let library = match run {
@@ -101,20 +101,12 @@ fn main() {
                  \"redis_cpu_us_per_op_incl_warmup\":{:.1},\"client_cpu_us_per_op_incl_warmup\":{:.1}}}",
                 &line[..line.len() - 1],
                 (cmds1 - cmds0) as f64 / ops,
-                (redis_cpu1 - redis_cpu0) / ops,
+                (redis_cpu1 - redis_cpu0) * 1e6 / ops,
                 client_cpu / ops,
             );
             assert_eq!((r.violations, r.overlaps, r.lost_updates), (0, 0, 0), "safety");
         }
     });
-}
-
-/// The commands the server has run so far, and its CPU time in µs.
-fn server_totals(server: &common::RedisServer) -> (u64, f64) {
-    let field = |section: &str, name: &str| server.info_field(section, name).and_then(|v| v.parse::<f64>().ok());
-    let cmds = field("stats", "total_commands_processed").expect("INFO stats") as u64;
-    let cpu = field("cpu", "used_cpu_sys").unwrap_or(0.0) + field("cpu", "used_cpu_user").unwrap_or(0.0);
-    (cmds, cpu * 1e6)
 }
 
 #[derive(Clone, Copy)]

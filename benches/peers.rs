@@ -23,12 +23,14 @@
 //! interleaved in `LOCKWARDEN_PEERS_ROUNDS` rounds (default 2) and summed.
 //! Redis commands and CPU per pair come from `INFO commandstats` and
 //! `INFO cpu` of the servers used, read before and after each row; client
-//! CPU per pair from this process's own CPU time (`/proc/self/stat`), so
+//! CPU per pair from this process's own CPU time (`getrusage`), so
 //! it includes the bench's loop. The
 //! servers share the machine with the clients; pin them apart with
 //! `taskset` to compare with other runs.
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/workloads.rs"]
+mod workloads;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -87,28 +89,9 @@ fn server_totals(servers: &[&RedisServer]) -> (u64, f64) {
                 cmds += calls.parse::<u64>().unwrap_or(0);
             }
         }
-        for field in ["used_cpu_sys", "used_cpu_user"] {
-            cpu += s
-                .info_field("cpu", field)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0);
-        }
+        cpu += s.cpu_seconds();
     }
     (cmds, cpu)
-}
-
-/// CPU seconds this process has used (user + system, from
-/// `/proc/self/stat`, in clock ticks of 10 ms); 0 where there is no procfs.
-fn own_cpu_s() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // The fields after the command name (which is in parentheses).
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Runs `tasks` tasks, each calling `pair(task)` in a loop for `secs`; the
@@ -125,7 +108,7 @@ where
         pair(0).await;
     }
     let (cmds0, cpu0) = server_totals(servers);
-    let own0 = own_cpu_s();
+    let own0 = workloads::client_cpu_us() / 1e6;
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let handles: Vec<_> = (0..tasks)
@@ -148,7 +131,7 @@ where
         samples.extend(h.await.unwrap());
     }
     let secs = start.elapsed().as_secs_f64();
-    let own1 = own_cpu_s();
+    let own1 = workloads::client_cpu_us() / 1e6;
     let (cmds1, cpu1) = server_totals(servers);
     Row {
         pairs: samples.len() as u64,

@@ -252,6 +252,14 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// The server's CPU time so far, user + system, in seconds (`INFO cpu`).
+    pub fn cpu_seconds(&self) -> f64 {
+        ["used_cpu_sys", "used_cpu_user"]
+            .iter()
+            .filter_map(|f| self.info_field("cpu", f)?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// A field of `INFO` (e.g. `total_commands_processed`).
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
         let info = self.cmd(&["INFO", section]);
