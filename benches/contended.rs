@@ -31,7 +31,12 @@
 //! Prints one JSON object per line. Besides the workload's own fields, each
 //! row has the server's commands and CPU per acquisition (`INFO` before and
 //! after) and this process's CPU per acquisition (all the clients, and the
-//! bench's own bookkeeping), all counted over the warm-up too.
+//! bench's own bookkeeping; also its system part alone), all counted over
+//! the warm-up too.
+//!
+//! `LOCKWARDEN_BENCH_ROWS` picks rows, for a profiler attached to one of
+//! them: a comma-separated list of `lockwarden` (W3), `rslock`,
+//! `kept-floor` and `fair` (W5); all four by default.
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "support/workloads.rs"]
@@ -69,14 +74,23 @@ fn main() {
             "{{\"limit\":\"ping\",\"p50_us\":{:.1},\"p99_us\":{:.1},\"client_threads\":{threads}}}",
             ping.p50, ping.p99
         );
-        for run in [
+        let all = [
             Run::Lockwarden { fair: false },
             Run::Rslock,
             Run::KeptFloor,
             Run::Lockwarden { fair: true },
-        ] {
+        ];
+        let rows = std::env::var("LOCKWARDEN_BENCH_ROWS").unwrap_or_default();
+        let rows: Vec<&str> = rows.split(',').map(str::trim).filter(|r| !r.is_empty()).collect();
+        if let Some(bad) = rows.iter().find(|r| !all.iter().any(|run| run.row() == **r)) {
+            panic!("LOCKWARDEN_BENCH_ROWS: unknown row {bad:?} (rows: lockwarden, rslock, kept-floor, fair)");
+        }
+        for run in all {
+            if !rows.is_empty() && !rows.contains(&run.row()) {
+                continue;
+            }
             let (cmds0, redis_cpu0) = (server.commands_processed(), server.cpu_seconds());
-            let client_cpu0 = workloads::client_cpu_us();
+            let client_cpu0 = workloads::client_cpu_split_us();
             let u = url.clone();
             let r = tokio::spawn(async move {
                 match run {
@@ -87,7 +101,9 @@ fn main() {
             })
             .await
             .unwrap();
-            let client_cpu = workloads::client_cpu_us() - client_cpu0;
+            let client_cpu1 = workloads::client_cpu_split_us();
+            let client_sys = client_cpu1.1 - client_cpu0.1;
+            let client_cpu = client_cpu1.0 - client_cpu0.0 + client_sys;
             let (cmds1, redis_cpu1) = (server.commands_processed(), server.cpu_seconds());
             let ops = r.all_ops.max(1) as f64;
             let line = r.json();
@@ -98,11 +114,13 @@ fn main() {
             };
             println!(
                 "{},\"library\":\"{library}\",\"redis_cmds_per_op_incl_warmup\":{:.1},\
-                 \"redis_cpu_us_per_op_incl_warmup\":{:.1},\"client_cpu_us_per_op_incl_warmup\":{:.1}}}",
+                 \"redis_cpu_us_per_op_incl_warmup\":{:.1},\"client_cpu_us_per_op_incl_warmup\":{:.1},\
+                 \"client_sys_cpu_us_per_op_incl_warmup\":{:.1}}}",
                 &line[..line.len() - 1],
                 (cmds1 - cmds0) as f64 / ops,
                 (redis_cpu1 - redis_cpu0) * 1e6 / ops,
                 client_cpu / ops,
+                client_sys / ops,
             );
             assert_eq!((r.violations, r.overlaps, r.lost_updates), (0, 0, 0), "safety");
         }
@@ -114,6 +132,18 @@ enum Run {
     Lockwarden { fair: bool },
     Rslock,
     KeptFloor,
+}
+
+impl Run {
+    /// The row's name in `LOCKWARDEN_BENCH_ROWS`.
+    fn row(self) -> &'static str {
+        match self {
+            Run::Lockwarden { fair: false } => "lockwarden",
+            Run::Rslock => "rslock",
+            Run::KeptFloor => "kept-floor",
+            Run::Lockwarden { fair: true } => "fair",
+        }
+    }
 }
 
 /// W3 with rslock: `workers` workers, each with its own lock manager (its

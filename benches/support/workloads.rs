@@ -10,13 +10,20 @@ use lockwarden::{Client, Lease, Lock};
 
 /// CPU time this process has used so far (user + system), in µs.
 pub fn client_cpu_us() -> f64 {
+    let (user, system) = client_cpu_split_us();
+    user + system
+}
+
+/// CPU time this process has used so far, in µs: (user, system). The
+/// system part is mostly the kernel's socket work for the process.
+pub fn client_cpu_split_us() -> (f64, f64) {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
+        return (0.0, 0.0);
     }
     let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    us(ru.ru_utime) + us(ru.ru_stime)
+    (us(ru.ru_utime), us(ru.ru_stime))
 }
 
 /// One hold as a worker saw it.
