@@ -29,6 +29,8 @@
 //! `taskset` to compare with other runs.
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/floors.rs"]
+mod floors;
 #[path = "support/workloads.rs"]
 mod workloads;
 
@@ -36,24 +38,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::{ClientLike, KeysInterface, LuaInterface};
-use fred::types::{Expiration, SetOptions};
-
 use common::RedisServer;
-
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-
-/// The kept floor's scripts (see the header): the 8 Redis commands of an
-/// uncontended lockwarden lock + unlock, and nothing else.
-const KEPT_TAKE: &str = "if redis.call('PTTL', KEYS[1]) ~= -2 then return 0 end \
-    local t = redis.call('INCR', KEYS[2]) \
-    redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', KEYS[3]) \
-    redis.call('PEXPIRE', KEYS[1], ARGV[2]) return t";
-const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token', ':wait') \
-    if not h[1] or h[2] ~= ARGV[2] then return -1 end \
-    redis.call('DEL', KEYS[1]) \
-    if h[3] then redis.call('PUBLISH', KEYS[2], '0') end return 0";
 
 /// What one row measured.
 #[derive(Default, Clone)]
@@ -149,59 +134,6 @@ fn p50_us(samples: &mut [Duration]) -> f64 {
     samples.get(samples.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
-/// A fred client for the bare floor.
-async fn fred_client(url: &str) -> fred::clients::Client {
-    let config = fred::prelude::Config::from_url(url).unwrap();
-    let client = fred::prelude::Builder::from_config(config).build().unwrap();
-    client.init().await.unwrap();
-    client
-}
-
-/// One floor pair on every master given: SET NX PX everywhere, then
-/// compare-and-delete everywhere (a bare Redlock round).
-async fn floor_pair(clients: &[fred::clients::Client], sha: &str, key: &str, token: &str) {
-    let sets = clients.iter().map(|c| async move {
-        let r: Option<String> = c
-            .set(key, token, Some(Expiration::PX(30_000)), Some(SetOptions::NX), false)
-            .await
-            .unwrap();
-        assert!(r.is_some(), "the floor's key was free");
-    });
-    futures::future::join_all(sets).await;
-    let dels = clients.iter().map(|c| async move {
-        let n: i64 = c.evalsha(sha, key, token).await.unwrap();
-        assert_eq!(n, 1);
-    });
-    futures::future::join_all(dels).await;
-}
-
-/// One kept-floor pair on every master given: the take script everywhere,
-/// then the release script everywhere.
-async fn kept_floor_pair(clients: &[fred::clients::Client], shas: &(String, String), key: &str) {
-    let keys = || {
-        vec![
-            key.to_string(),
-            format!("{key}:token"),
-            format!("{key}:req:0123456789abcdef"),
-        ]
-    };
-    let takes = clients.iter().map(|c| async move {
-        let t: i64 = c.evalsha(&shas.0, keys(), vec!["owner-uuid:1", "30000"]).await.unwrap();
-        assert!(t > 0, "the kept floor's key was free");
-        t
-    });
-    let tokens = futures::future::join_all(takes).await;
-    let releases = clients.iter().zip(tokens).map(|(c, t)| async move {
-        let keys = vec![key.to_string(), format!("{key}:channel")];
-        let n: i64 = c
-            .evalsha(&shas.1, keys, vec!["owner-uuid:1".to_string(), t.to_string()])
-            .await
-            .unwrap();
-        assert_eq!(n, 0);
-    });
-    futures::future::join_all(releases).await;
-}
-
 async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)> {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -212,22 +144,15 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
     let lw5 = lockwarden::Client::builder_for_masters(&urls).build().await.unwrap();
     let rs1 = Arc::new(rslock::LockManager::new(vec![urls[0].clone()]));
     let rs5 = Arc::new(rslock::LockManager::new(urls.clone()));
-    let fl1 = Arc::new(vec![fred_client(&urls[0]).await]);
+    let fl1 = Arc::new(vec![floors::fred_client(&urls[0]).await]);
     let mut fl5 = Vec::new();
     for u in &urls {
-        fl5.push(fred_client(u).await);
+        fl5.push(floors::fred_client(u).await);
     }
     let fl5 = Arc::new(fl5);
-    let mut sha = String::new();
-    let mut kept = (String::new(), String::new());
-    for c in fl5.iter() {
-        sha = c.script_load(COMPARE_AND_DELETE).await.unwrap();
-        kept = (
-            c.script_load(KEPT_TAKE).await.unwrap(),
-            c.script_load(KEPT_RELEASE).await.unwrap(),
-        );
-    }
-    let kept = Arc::new(kept);
+    let shas = floors::Shas::load(&fl5).await;
+    let sha = shas.compare_and_delete;
+    let kept = Arc::new(shas.kept);
 
     let mut out = Vec::new();
     for (workload, tasks, five) in [("W1", 1usize, false), ("W2", 32, false), ("W4", 1, true)] {
@@ -265,7 +190,7 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
             rows[2].add(
                 measure(&used, tasks, secs, move |t| {
                     let (fl, sha, keys) = (fl.clone(), sha.clone(), keys.clone());
-                    async move { floor_pair(&fl, &sha, &keys[t], "token-of-this-pair").await }
+                    async move { floors::floor_pair(&fl, &sha, &keys[t], "token-of-this-pair").await }
                 })
                 .await,
             );
@@ -275,7 +200,7 @@ async fn run(secs: f64, rounds: usize) -> Vec<(&'static str, &'static str, Row)>
             rows[3].add(
                 measure(&used, tasks, secs, move |t| {
                     let (fl, kept, keys) = (fl.clone(), kept.clone(), keys.clone());
-                    async move { kept_floor_pair(&fl, &kept, &keys[t]).await }
+                    async move { floors::kept_floor_pair(&fl, &kept, &keys[t]).await }
                 })
                 .await,
             );
