@@ -160,20 +160,40 @@ impl LockKeys {
     }
 }
 
-static REQUEST_NONCE: LazyLock<u64> = LazyLock::new(|| {
+/// A random 64-bit nonce, as 16 hex digits (written once).
+static REQUEST_NONCE: LazyLock<String> = LazyLock::new(|| {
     let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
-    hi ^ lo
+    format!("{:016x}", hi ^ lo)
 });
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
 
 /// A request id: unique within this process (a counter) and across processes
 /// (a random 64-bit nonce; shorter keys than a uuid).
 pub(crate) fn fresh_request_id() -> String {
-    use std::fmt::Write;
     let n = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
     let mut id = String::with_capacity(32);
-    let _ = write!(id, "{:016x}{n:x}", *REQUEST_NONCE);
+    id.push_str(&REQUEST_NONCE);
+    push_hex(&mut id, n);
     id
+}
+
+/// Appends `n` in lowercase hex without leading zeros (as `{:x}` writes it,
+/// without the formatting machinery: request ids are made on every call).
+fn push_hex(s: &mut String, n: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(n & 0xf) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII hex digits were written.
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("hex digits"));
 }
 
 /// `parts` one after the other, in one allocation (`format!` grows its
@@ -265,6 +285,24 @@ mod tests {
         assert_eq!(lock_key_of_token("lockwarden:#{x}:token").as_deref(), Some("{x}"));
         assert_eq!(lock_key_of_token("lockwarden:#a{eu}:token").as_deref(), Some("a{eu}"));
         assert_eq!(lock_key_of_token("other"), None);
+    }
+
+    #[test]
+    fn request_ids_are_the_nonce_then_the_counter_in_hex() {
+        for n in [0u64, 1, 9, 10, 15, 16, 255, 0xdead_beef, u64::MAX] {
+            let mut s = String::from("x");
+            push_hex(&mut s, n);
+            assert_eq!(s, format!("x{n:x}"));
+        }
+        let (a, b) = (fresh_request_id(), fresh_request_id());
+        assert_ne!(a, b);
+        assert_eq!(a[..16], b[..16], "one nonce per process");
+        assert!(a[..16].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        let (na, nb) = (
+            u64::from_str_radix(&a[16..], 16).unwrap(),
+            u64::from_str_radix(&b[16..], 16).unwrap(),
+        );
+        assert!(nb > na, "{a} then {b}");
     }
 
     #[test]
