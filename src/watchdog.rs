@@ -6,6 +6,7 @@
 //! at once; renewal errors are retried on the next ticks until the lease must
 //! have run out since the last confirmed renewal, then the hold is lost.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -188,18 +189,22 @@ impl Holds {
     /// and this is a fresh one.
     pub(crate) fn enter(&self, lock_key: &Str, owner_field: &Str, grant: &Grant, watchdog: bool) -> Arc<Hold> {
         let mut map = self.map.lock();
-        let key = (lock_key.clone(), owner_field.clone());
-        let hold = match map.get(&key) {
-            Some(h) if h.token == grant.token && h.lost_reason().is_none() => {
+        let fresh = || Arc::new(Hold::new(lock_key.clone(), owner_field.clone(), grant));
+        // One lookup: the entry is found or made in the same step.
+        let hold = match map.entry((lock_key.clone(), owner_field.clone())) {
+            Entry::Occupied(e) if e.get().token == grant.token && e.get().lost_reason().is_none() => {
+                let h = e.get();
                 h.extend(grant.valid_until);
                 h.clone()
             }
-            old => {
-                if let Some(old) = old {
-                    old.mark_lost(LossReason::Gone);
-                }
-                let h = Arc::new(Hold::new(key.0.clone(), owner_field.clone(), grant));
-                map.insert(key, h.clone());
+            Entry::Occupied(mut e) => {
+                e.get().mark_lost(LossReason::Gone);
+                let h = fresh();
+                e.insert(h.clone());
+                h
+            }
+            Entry::Vacant(e) => {
+                let h = e.insert(fresh()).clone();
                 crate::observe::held(&self.held_gauge, map.len());
                 h
             }
@@ -239,10 +244,13 @@ impl Holds {
             st.watchdog_guards = st.watchdog_guards.saturating_sub(1);
         }
         if st.guards == 0 {
+            // One lookup in the usual case: the hold is the map's.
             let key = (hold.lock_key.clone(), hold.owner_field.clone());
-            if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
-                map.remove(&key);
-                crate::observe::held(&self.held_gauge, map.len());
+            if let Entry::Occupied(e) = map.entry(key) {
+                if Arc::ptr_eq(e.get(), hold) {
+                    e.remove();
+                    crate::observe::held(&self.held_gauge, map.len());
+                }
             }
         }
         (st.watchdog_guards > 0, release)
