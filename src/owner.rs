@@ -60,11 +60,40 @@ impl TaskKey {
     }
 }
 
+/// Hashes a [`TaskKey`]: a task or thread id is a number the runtime or
+/// the standard library hands out, not chosen by whoever names a lock, so a
+/// multiply-and-rotate mix does (the default SipHash costs more than the
+/// rest of a lookup, and every acquisition and guard looks up its task).
+#[derive(Default)]
+pub(crate) struct TaskKeyHasher(u64);
+
+impl std::hash::Hasher for TaskKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type TaskMap = HashMap<TaskKey, (Owner, usize), std::hash::BuildHasherDefault<TaskKeyHasher>>;
+
 /// Maps live tasks to their owner ids.
 pub(crate) struct Owners {
     uuid: String,
     next: std::sync::atomic::AtomicU64,
-    tasks: Mutex<HashMap<TaskKey, (Owner, usize)>>,
+    tasks: Mutex<TaskMap>,
 }
 
 impl Owners {
@@ -72,7 +101,7 @@ impl Owners {
         Owners {
             uuid,
             next: std::sync::atomic::AtomicU64::new(1),
-            tasks: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(TaskMap::default()),
         }
     }
 
