@@ -496,7 +496,12 @@ impl Node {
         let mut attempt = 0u32;
         let mut resent = false;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            // (The first attempt has the whole timeout: no clock read.)
+            let left = if attempt == 0 {
+                timeout
+            } else {
+                deadline.saturating_duration_since(Instant::now())
+            };
             if left.is_zero() {
                 return Err(Failed::Timeout);
             }

@@ -490,12 +490,14 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     // The decision is made. Masters still answering get a short grace (as
     // long again as the decision took): their levels then join the hold or
     // are undone here instead of by a second round trip in the background.
-    let grace_end = Instant::now() + sent_at.elapsed().max(Duration::from_micros(200));
-    while !replies.is_empty() {
-        let Ok(Some((i, r, pending))) = tokio::time::timeout_at(grace_end.into(), replies.next()).await else {
-            break;
-        };
-        t.absorb(&mut partial, i, r, pending);
+    if !replies.is_empty() {
+        let grace_end = Instant::now() + sent_at.elapsed().max(Duration::from_micros(200));
+        while !replies.is_empty() {
+            let Ok(Some((i, r, pending))) = tokio::time::timeout_at(grace_end.into(), replies.next()).await else {
+                break;
+            };
+            t.absorb(&mut partial, i, r, pending);
+        }
     }
     // Masters that have not answered yet are settled in the background.
     drop(replies);
