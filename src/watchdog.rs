@@ -39,7 +39,39 @@ pub enum LossReason {
     NotHeld,
 }
 
+/// Sets a loss channel's reason unless it has one.
+fn tell_loss(tx: &watch::Sender<Option<LossReason>>, why: LossReason) {
+    tx.send_if_modified(|l| {
+        if l.is_none() {
+            *l = Some(why);
+            true
+        } else {
+            false
+        }
+    });
+}
+
 impl LossReason {
+    const ALL: [LossReason; 4] = [
+        LossReason::Gone,
+        LossReason::RenewalFailed,
+        LossReason::LeaseExpired,
+        LossReason::NotHeld,
+    ];
+
+    /// The reason as a number from 1 (0 is "not lost").
+    fn code(self) -> u8 {
+        Self::ALL
+            .iter()
+            .position(|r| *r == self)
+            .expect("every reason is listed") as u8
+            + 1
+    }
+
+    fn from_code(code: u8) -> Option<LossReason> {
+        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             LossReason::Gone => "gone",
@@ -69,7 +101,11 @@ pub(crate) struct Hold {
     /// Per master: the fencing counter the hold left there (what a release
     /// checks), `None` where not held or not known.
     pub(crate) node_tokens: Vec<Option<u64>>,
-    lost: watch::Sender<Option<LossReason>>,
+    /// Why the hold was lost: 0 while it is not, else `LossReason::code`.
+    lost: std::sync::atomic::AtomicU8,
+    /// Tells those waiting for a loss; made by the first of them (most
+    /// holds end without anyone waiting for their loss).
+    lost_tx: Mutex<Option<watch::Sender<Option<LossReason>>>>,
     state: Mutex<HoldState>,
     /// The end of the hold's validity (lease − elapsed − drift from the
     /// latest acquire or renewal a majority confirmed), as µs since `epoch`.
@@ -95,7 +131,8 @@ impl Hold {
             owner_field,
             token: grant.token,
             node_tokens: grant.node_tokens.clone(),
-            lost: watch::channel(None).0,
+            lost: std::sync::atomic::AtomicU8::new(0),
+            lost_tx: Mutex::new(None),
             state: Mutex::new(HoldState::default()),
             valid_until_us: AtomicU64::new(0),
             epoch: grant.sent_at,
@@ -108,15 +145,17 @@ impl Hold {
     /// Marks the hold lost (once: later reasons are ignored), counts it and
     /// says so at `warn`.
     pub(crate) fn mark_lost(&self, why: LossReason) {
-        let first = self.lost.send_if_modified(|l| {
-            if l.is_none() {
-                *l = Some(why);
-                true
-            } else {
-                false
-            }
-        });
+        let first = self
+            .lost
+            .compare_exchange(0, why.code(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
         if first {
+            // After the reason is set: a channel made before this lock is
+            // told here, one made after it reads the reason (see
+            // `subscribe_lost`).
+            if let Some(tx) = &*self.lost_tx.lock() {
+                tell_loss(tx, why);
+            }
             crate::observe::lost(why.label());
             tracing::warn!(lock = %self.lock_key, reason = why.label(), "lock lost: {why}");
         }
@@ -142,11 +181,20 @@ impl Hold {
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LossReason> {
-        *self.lost.borrow()
+        LossReason::from_code(self.lost.load(Ordering::Acquire))
     }
 
+    /// A receiver that holds the loss reason once there is one.
     pub(crate) fn subscribe_lost(&self) -> watch::Receiver<Option<LossReason>> {
-        self.lost.subscribe()
+        let mut slot = self.lost_tx.lock();
+        let tx = slot.get_or_insert_with(|| watch::channel(None).0);
+        // Read under the lock: a loss marked before the channel existed
+        // found none to tell, and is told here (telling twice changes
+        // nothing).
+        if let Some(why) = self.lost_reason() {
+            tell_loss(tx, why);
+        }
+        tx.subscribe()
     }
 
     pub(crate) fn is_watched(&self) -> bool {
@@ -365,5 +413,52 @@ pub(crate) async fn tick(r: Renewing<'_>) {
         if h.lost_reason().is_none() {
             h.note_risk(h.valid_until().saturating_duration_since(now) < lease / 2);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold() -> Hold {
+        let now = Instant::now();
+        let grant = Grant {
+            token: 7,
+            depth: 1,
+            node_tokens: vec![Some(7)],
+            sent_at: now,
+            valid_until: now + Duration::from_secs(30),
+        };
+        Hold::new("lock".into(), "owner:1".into(), &grant)
+    }
+
+    #[test]
+    fn loss_reasons_round_trip_through_their_codes() {
+        assert_eq!(LossReason::from_code(0), None);
+        for r in LossReason::ALL {
+            assert_ne!(r.code(), 0);
+            assert_eq!(LossReason::from_code(r.code()), Some(r));
+        }
+        assert_eq!(LossReason::from_code(LossReason::ALL.len() as u8 + 1), None);
+    }
+
+    #[test]
+    fn a_loss_reaches_receivers_made_before_and_after_it_and_the_first_reason_stays() {
+        let h = hold();
+        assert_eq!(h.lost_reason(), None);
+        let early = h.subscribe_lost();
+        assert_eq!(*early.borrow(), None);
+        h.mark_lost(LossReason::RenewalFailed);
+        h.mark_lost(LossReason::Gone);
+        assert_eq!(h.lost_reason(), Some(LossReason::RenewalFailed));
+        assert!(early.has_changed().unwrap(), "the early receiver was told");
+        assert_eq!(*early.borrow(), Some(LossReason::RenewalFailed));
+        let late = h.subscribe_lost();
+        assert_eq!(*late.borrow(), Some(LossReason::RenewalFailed));
+
+        // Lost before anyone listened: the first receiver still sees it.
+        let h = hold();
+        h.mark_lost(LossReason::NotHeld);
+        assert_eq!(*h.subscribe_lost().borrow(), Some(LossReason::NotHeld));
     }
 }
