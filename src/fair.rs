@@ -61,6 +61,17 @@ impl Drop for WakeId<'_> {
     }
 }
 
+/// A grant message, `g <token> <lease ms> <request id>`: its parts.
+fn parse_grant(msg: &str) -> Option<(u64, u64, &str)> {
+    let mut parts = msg.split(' ');
+    let (Some("g"), Some(token), Some(ms), Some(id), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((token.parse().ok()?, ms.parse().ok()?, id))
+}
+
 /// One wait of a fair lock.
 pub(crate) struct FairWait<'a> {
     t: Target<'a>,
@@ -79,6 +90,8 @@ pub(crate) struct FairWait<'a> {
     /// three times per waiter timeout, however long the holder keeps it.
     refresh: Duration,
     queued_backoff: Backoff,
+    /// The last wake-up was an earlier wait's grant (see `on_wake`).
+    stale_wake: bool,
 }
 
 impl<'a> FairWait<'a> {
@@ -104,6 +117,7 @@ impl<'a> FairWait<'a> {
             request,
             refresh,
             queued_backoff: Backoff::new(Duration::from_millis(10), refresh),
+            stale_wake: false,
         }
     }
 
@@ -118,15 +132,7 @@ impl<'a> FairWait<'a> {
     /// Short holds never need that call.
     fn claim_grant(&self, pin: &OwnerPin, lease: Lease, msg: &str, sent_at: Instant) -> Option<LockGuard> {
         let request = self.request.as_deref()?;
-        let mut parts = msg.split(' ');
-        let (Some("g"), Some(token), Some(ms), Some(id), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return None;
-        };
-        let (Ok(token), Ok(ms)) = (token.parse::<u64>(), ms.parse::<u64>()) else {
-            return None;
-        };
+        let (token, ms, id) = parse_grant(msg)?;
         if id != request {
             return None; // an earlier wait's grant, already settled by it
         }
@@ -234,9 +240,23 @@ impl Policy for FairWait<'_> {
         payload: Option<String>,
         sent_at: Instant,
     ) -> Option<LockGuard> {
-        let guard = self.claim_grant(pin, lease, &payload?, sent_at)?;
+        let payload = payload?;
+        // This wait's channel was an earlier wait's (each channel serves one
+        // wait at a time): a grant for another request is that wait's,
+        // which settled it otherwise, and says nothing new to this one.
+        if let (Some(request), Some((_, _, id))) = (self.request.as_deref(), parse_grant(&payload)) {
+            if id != request {
+                self.stale_wake = true;
+                return None;
+            }
+        }
+        let guard = self.claim_grant(pin, lease, &payload, sent_at)?;
         self.queued.armed = false; // the grant removed us from the queue
         Some(guard)
+    }
+
+    fn take_stale_wake(&mut self) -> bool {
+        std::mem::take(&mut self.stale_wake)
     }
 
     /// When the attempt's outcome is unknown, the quorum layer re-sends it

@@ -123,6 +123,14 @@ pub(crate) trait Policy: Send {
         None
     }
 
+    /// Whether the wake just handled to [`Policy::on_wake`] carried nothing
+    /// for this wait (a message meant for an earlier wait on the same
+    /// channel): the wait then sleeps on until the same time, without an
+    /// attempt. Asking clears it.
+    fn take_stale_wake(&mut self) -> bool {
+        false
+    }
+
     /// An attempt failed with `e` (retried, or returned).
     fn on_error(&mut self, _e: &Error) {}
 
@@ -480,20 +488,31 @@ pub(crate) async fn wait<P: Policy>(
             tokio::time::sleep(sleep).await;
             continue;
         }
-        tokio::select! {
-            _ = notified => {
-                crate::observe::wakeup(t.labels(), "pubsub");
-                if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
-                    tracing::trace!("granted the lock by an unlock");
-                    return Ok(Some(guard));
+        // A stale wake-up does not move the time this turn wakes at.
+        let wake_at = tokio::time::Instant::now() + sleep;
+        loop {
+            tokio::select! {
+                _ = notified.as_mut() => {
+                    crate::observe::wakeup(t.labels(), "pubsub");
+                    if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
+                        tracing::trace!("granted the lock by an unlock");
+                        return Ok(Some(guard));
+                    }
+                    if policy.take_stale_wake() {
+                        tracing::trace!("woken by a message for an earlier wait; sleeping on");
+                        notified.set(interest.notified());
+                        notified.as_mut().enable();
+                        continue;
+                    }
+                    tracing::trace!("woken by an unlock message");
                 }
-                tracing::trace!("woken by an unlock message");
+                _ = tokio::time::sleep_until(wake_at) => {
+                    let source = if recheck { "recheck" } else { "lease_timeout" };
+                    crate::observe::wakeup(t.labels(), source);
+                    tracing::trace!(slept_ms = sleep.as_millis() as u64, source, "woken without a message");
+                }
             }
-            _ = tokio::time::sleep(sleep) => {
-                let source = if recheck { "recheck" } else { "lease_timeout" };
-                crate::observe::wakeup(t.labels(), source);
-                tracing::trace!(slept_ms = sleep.as_millis() as u64, source, "woken without a message");
-            }
+            break;
         }
     }
 }

@@ -635,6 +635,54 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_meant_for_an_earlier_wait_does_not_make_a_waiter_try_again() {
+    bounded(Duration::from_secs(30), async {
+        // A client's wake channel serves its waits one after the other. A
+        // grant message for an earlier wait can reach the next one (the
+        // earlier wait took its grant from the record and left before the
+        // message came): the next wait must sleep on, not send its acquire
+        // again.
+        let server = RedisServer::start();
+        let holder_client = fair_client(&server.url(), Duration::from_secs(60)).await;
+        let holder = holder_client.fair_lock("stale").unwrap().lock().await.unwrap();
+        let c = fair_client(&server.url(), Duration::from_secs(60)).await;
+        let lock = c.fair_lock("stale").unwrap();
+        let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        // A fixed lease: no watchdog renewal falls into the count below.
+        let lease = Lease::Fixed(Duration::from_secs(60));
+        let waiter = tokio::spawn(async move {
+            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
+            got_tx.send(()).unwrap();
+            release_rx.await.unwrap();
+            g.unlock().await.unwrap();
+        });
+        assert!(eventually(Duration::from_secs(2), || queue_len(&server, "stale") == 1).await);
+        assert!(eventually(Duration::from_secs(2), || c.waiting_channels() == 1).await);
+        let wake: Vec<String> = server
+            .pubsub_channels()
+            .into_iter()
+            .filter(|ch| ch.starts_with("lockwarden:{stale}:wake:"))
+            .collect();
+        assert_eq!(wake.len(), 1, "{wake:?}");
+        let scripts = server.command_calls("evalsha");
+        // An earlier wait's grant on this wait's channel, then the real one
+        // (the holder's unlock), in that order on the client's connection.
+        let stale = server.cmd(&["PUBLISH", &wake[0], "g 1 60000 an-earlier-wait"]);
+        assert_eq!(format!("{stale:?}"), "Int(1)", "the waiter's client listens");
+        holder.unlock().await.unwrap();
+        got_rx.await.unwrap();
+        // The holder's release (which granted the lock) is the only script
+        // call: the waiter took the grant from its message.
+        assert_eq!(server.command_calls("evalsha") - scripts, 1);
+        release_tx.send(()).unwrap();
+        waiter.await.unwrap();
+        assert_queue_empty(&server, "stale");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_granted_long_after_the_last_attempt_is_not_lost_at_once() {
     bounded(Duration::from_secs(30), async {
         let server = RedisServer::start();
