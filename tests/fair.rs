@@ -84,6 +84,40 @@ fn queue_len(server: &RedisServer, name: &str) -> i64 {
         .unwrap()
 }
 
+/// A waiter that holds the lock until told to unlock.
+struct Waiter {
+    /// Resolves once the waiter holds the lock.
+    got: tokio::sync::oneshot::Receiver<()>,
+    release: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a task that waits for `lock` (up to 20 s) with a fixed 60 s
+/// lease, so no watchdog renewal (a script call) falls into a count of
+/// script calls.
+fn wait_and_hold(lock: lockwarden::Lock) -> Waiter {
+    let (got_tx, got) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let lease = Lease::Fixed(Duration::from_secs(60));
+        let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
+        got_tx.send(()).unwrap();
+        release_rx.await.unwrap();
+        g.unlock().await.unwrap();
+    });
+    Waiter { got, release, task }
+}
+
+/// The fair waiters' wake channels of lock `name` the server has subscribers on.
+fn wake_channels(server: &RedisServer, name: &str) -> Vec<String> {
+    let prefix = format!("lockwarden:{{{name}}}:wake:");
+    server
+        .pubsub_channels()
+        .into_iter()
+        .filter(|ch| ch.starts_with(&prefix))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_acquire_in_submission_order_as_leases_run_out() {
     bounded(Duration::from_secs(60), async {
@@ -314,15 +348,13 @@ async fn an_unlock_wakes_exactly_one_waiter() {
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "wakes") == 5).await);
         // Each waiter listens on a channel of its own. A waiter joins the
         // queue with its first attempt and subscribes right after it.
-        let wake_channels = || {
-            server
-                .pubsub_channels()
-                .iter()
-                .filter(|c| c.starts_with("lockwarden:{wakes}:wake:"))
-                .count()
-        };
-        assert!(eventually(Duration::from_secs(2), || wake_channels() == 5).await);
-        assert_eq!(wake_channels(), 5, "{:?}", server.pubsub_channels());
+        assert!(eventually(Duration::from_secs(2), || wake_channels(&server, "wakes").len() == 5).await);
+        assert_eq!(
+            wake_channels(&server, "wakes").len(),
+            5,
+            "{:?}",
+            server.pubsub_channels()
+        );
         let head = server
             .cmd(&["LINDEX", "lockwarden:{wakes}:queue", "0"])
             .as_str()
@@ -581,53 +613,31 @@ async fn a_client_waiting_again_reuses_its_subscribed_wake_channel() {
         let holder_client = fair_client(&server.url(), Duration::from_secs(60)).await;
         let holder = holder_client.fair_lock("again").unwrap().lock().await.unwrap();
         let c = fair_client(&server.url(), Duration::from_secs(60)).await;
-        let (got_tx, got_rx) = tokio::sync::oneshot::channel();
-        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-        let lock = c.fair_lock("again").unwrap();
-        // Fixed leases: a watchdog renewal (a script call) must not fall
-        // into the count below.
-        let lease = Lease::Fixed(Duration::from_secs(60));
-        let first = tokio::spawn(async move {
-            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
-            got_tx.send(()).unwrap();
-            release_rx.await.unwrap();
-            g.unlock().await.unwrap();
-        });
+        // Fixed leases (see `wait_and_hold`).
+        let first = wait_and_hold(c.fair_lock("again").unwrap());
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "again") == 1).await);
         assert!(eventually(Duration::from_secs(2), || c.waiting_channels() == 1).await);
         holder.unlock().await.unwrap();
-        got_rx.await.unwrap();
+        first.got.await.unwrap();
         // The first waiter holds the lock now; a second call of the same
         // client waits at once, on the channel the first one listened on.
         let subscribes = server.command_calls("subscribe");
         let scripts = server.command_calls("evalsha");
-        let lock = c.fair_lock("again").unwrap();
-        let (got2_tx, got2_rx) = tokio::sync::oneshot::channel();
-        let (release2_tx, release2_rx) = tokio::sync::oneshot::channel::<()>();
-        let second = tokio::spawn(async move {
-            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
-            got2_tx.send(()).unwrap();
-            release2_rx.await.unwrap();
-            g.unlock().await.unwrap();
-        });
+        let second = wait_and_hold(c.fair_lock("again").unwrap());
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "again") == 1).await);
         assert_eq!(server.command_calls("subscribe"), subscribes, "subscribed again");
-        let wake: Vec<String> = server
-            .pubsub_channels()
-            .into_iter()
-            .filter(|ch| ch.starts_with("lockwarden:{again}:wake:"))
-            .collect();
+        let wake = wake_channels(&server, "again");
         assert_eq!(wake.len(), 1, "{wake:?}");
         assert!(wake[0].ends_with(":w0"), "{wake:?}");
-        release_tx.send(()).unwrap();
-        got2_rx.await.unwrap();
+        first.release.send(()).unwrap();
+        second.got.await.unwrap();
         // The whole contended acquisition cost the server two script
         // calls: the queued try, and the release that granted the lock (no
         // re-check after subscribing: the channel was subscribed before).
         assert_eq!(server.command_calls("evalsha") - scripts, 2);
-        release2_tx.send(()).unwrap();
-        first.await.unwrap();
-        second.await.unwrap();
+        second.release.send(()).unwrap();
+        first.task.await.unwrap();
+        second.task.await.unwrap();
         assert_queue_empty(&server, "again");
         assert!(eventually(Duration::from_secs(2), || server.pubsub_channels().is_empty()).await);
     })
@@ -646,24 +656,10 @@ async fn a_grant_meant_for_an_earlier_wait_does_not_make_a_waiter_try_again() {
         let holder_client = fair_client(&server.url(), Duration::from_secs(60)).await;
         let holder = holder_client.fair_lock("stale").unwrap().lock().await.unwrap();
         let c = fair_client(&server.url(), Duration::from_secs(60)).await;
-        let lock = c.fair_lock("stale").unwrap();
-        let (got_tx, got_rx) = tokio::sync::oneshot::channel();
-        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-        // A fixed lease: no watchdog renewal falls into the count below.
-        let lease = Lease::Fixed(Duration::from_secs(60));
-        let waiter = tokio::spawn(async move {
-            let g = lock.try_lock(Duration::from_secs(20), lease).await.unwrap().unwrap();
-            got_tx.send(()).unwrap();
-            release_rx.await.unwrap();
-            g.unlock().await.unwrap();
-        });
+        let waiter = wait_and_hold(c.fair_lock("stale").unwrap());
         assert!(eventually(Duration::from_secs(2), || queue_len(&server, "stale") == 1).await);
         assert!(eventually(Duration::from_secs(2), || c.waiting_channels() == 1).await);
-        let wake: Vec<String> = server
-            .pubsub_channels()
-            .into_iter()
-            .filter(|ch| ch.starts_with("lockwarden:{stale}:wake:"))
-            .collect();
+        let wake = wake_channels(&server, "stale");
         assert_eq!(wake.len(), 1, "{wake:?}");
         let scripts = server.command_calls("evalsha");
         // An earlier wait's grant on this wait's channel, then the real one
@@ -671,12 +667,12 @@ async fn a_grant_meant_for_an_earlier_wait_does_not_make_a_waiter_try_again() {
         let stale = server.cmd(&["PUBLISH", &wake[0], "g 1 60000 an-earlier-wait"]);
         assert_eq!(format!("{stale:?}"), "Int(1)", "the waiter's client listens");
         holder.unlock().await.unwrap();
-        got_rx.await.unwrap();
+        waiter.got.await.unwrap();
         // The holder's release (which granted the lock) is the only script
         // call: the waiter took the grant from its message.
         assert_eq!(server.command_calls("evalsha") - scripts, 1);
-        release_tx.send(()).unwrap();
-        waiter.await.unwrap();
+        waiter.release.send(()).unwrap();
+        waiter.task.await.unwrap();
         assert_queue_empty(&server, "stale");
     })
     .await
