@@ -146,16 +146,24 @@ fn quorum_cli(servers: &[RedisServer]) -> Command {
 #[test]
 fn run_status_and_unlock_over_a_quorum() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // What a quorum promises is a majority: a master that answers after the
+    // others (a loaded machine) is given back, and is not written to.
+    let on_majority = |value: &str| {
+        servers
+            .iter()
+            .filter(|s| s.cmd(&["GET", "lockwarden:{q}:token"]).as_str() == Some(value))
+            .count()
+            >= 2
+    };
     let mut c = quorum_cli(&servers);
     c.args(["run", "q", "--", "sh", "-c", "echo $LOCKWARDEN_TOKEN"]);
     let o = run(c, T);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let token = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(token.parse::<u64>().is_ok_and(|t| t > 0), "{token:?}");
-    // Written back to every master that granted it.
-    for s in &servers {
-        assert_eq!(s.cmd(&["GET", "lockwarden:{q}:token"]).as_str(), Some(token.as_str()));
-    }
+    // Written back to a majority (each master's counter starts from its own
+    // clock, so without the write-back only one would have it).
+    assert!(on_majority(&token), "token {token} not on a majority");
     // The same quorum from $LOCKWARDEN_REDIS, comma-separated.
     let mut c = Command::new(BIN);
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
@@ -164,29 +172,35 @@ fn run_status_and_unlock_over_a_quorum() {
     let o = run(c, T);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let second = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    assert_eq!(second.parse::<u64>().unwrap(), token.parse::<u64>().unwrap() + 1);
-    for s in &servers {
-        assert_eq!(s.cmd(&["GET", "lockwarden:{q}:token"]).as_str(), Some(second.as_str()));
-    }
+    assert!(second.parse::<u64>().unwrap() > token.parse::<u64>().unwrap());
+    assert!(on_majority(&second), "token {second} not on a majority");
     // A holder on the quorum shows in status; force unlock frees it everywhere.
     let mut c = quorum_cli(&servers);
-    c.args(["run", "q", "--", "sleep", "30"]);
-    let holder = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    assert!(eventually_sync(T, || servers.iter().all(|s| !s.keys("q").is_empty())));
+    c.args(["run", "q", "--", "sh", "-c", "echo $LOCKWARDEN_TOKEN; exec sleep 30"]);
+    let mut holder = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let out = holder.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+        let _ = tx.send(line);
+    });
+    let held: u64 = rx.recv_timeout(T).expect("the holder started").trim().parse().unwrap();
+    assert!(held > second.parse::<u64>().unwrap());
+    let holding: Vec<&RedisServer> = servers.iter().filter(|s| !s.keys("q").is_empty()).collect();
+    assert!(holding.len() >= 2, "held on {} of 3 masters", holding.len());
     let mut c = quorum_cli(&servers);
     c.args(["status", "q", "--json"]);
     let o = run(c, T);
     let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(status["held"], true, "{status}");
-    assert_eq!(
-        status["last_token"].as_u64(),
-        Some(second.parse::<u64>().unwrap() + 1),
-        "{status}"
-    );
+    assert!(status["last_token"].as_u64().is_some_and(|t| t >= held), "{status}");
     let mut c = quorum_cli(&servers);
     c.args(["unlock", "--force", "q"]);
     assert_eq!(code(&run(c, T)), 0);
-    assert!(servers.iter().all(|s| s.keys("q").is_empty()));
+    assert!(holding.iter().all(|s| s.keys("q").is_empty()));
+    // A late master's grant is given back by the holder in the background.
+    assert!(eventually_sync(T, || servers.iter().all(|s| s.keys("q").is_empty())));
     // The holder learns at its next renewal; end it either way.
     unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
     let _ = wait(holder, T);
