@@ -22,7 +22,7 @@ use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::settings::Lease;
-use crate::wait::{Policy, Refusal, Request, Target};
+use crate::wait::{Policy, Refusal, Request, Target, Wake};
 
 /// Where one grant-asking fair waiter of this client listens:
 /// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
@@ -90,8 +90,6 @@ pub(crate) struct FairWait<'a> {
     /// three times per waiter timeout, however long the holder keeps it.
     refresh: Duration,
     queued_backoff: Backoff,
-    /// The last wake-up was an earlier wait's grant (see `on_wake`).
-    stale_wake: bool,
 }
 
 impl<'a> FairWait<'a> {
@@ -117,12 +115,11 @@ impl<'a> FairWait<'a> {
             request,
             refresh,
             queued_backoff: Backoff::new(Duration::from_millis(10), refresh),
-            stale_wake: false,
         }
     }
 
-    /// The guard for a direct grant, when `msg` ("g <token> <lease ms>
-    /// <request id>") names this wait's request. The grant happened after
+    /// The guard for a direct grant of `token` with a lease of `ms` to this
+    /// wait's request (see `parse_grant`). The grant happened after
     /// the attempt sent at `sent_at` (else that attempt would have returned
     /// it), so its lease is counted from there; `None` also when half of it
     /// would be gone by that count. A grant's lease is at most the waiter's
@@ -130,12 +127,7 @@ impl<'a> FairWait<'a> {
     /// than its eviction would; a third of the way into it, a hold still
     /// held gets its own lease (as a renewal would, see `crate::extend`).
     /// Short holds never need that call.
-    fn claim_grant(&self, pin: &OwnerPin, lease: Lease, msg: &str, sent_at: Instant) -> Option<LockGuard> {
-        let request = self.request.as_deref()?;
-        let (token, ms, id) = parse_grant(msg)?;
-        if id != request {
-            return None; // an earlier wait's grant, already settled by it
-        }
+    fn claim_grant(&self, pin: &OwnerPin, lease: Lease, token: u64, ms: u64, sent_at: Instant) -> Option<LockGuard> {
         let granted = Duration::from_millis(ms);
         if Instant::now() >= sent_at + granted / 2 {
             // The waiter slept long since its last attempt (or the lease is
@@ -239,24 +231,26 @@ impl Policy for FairWait<'_> {
         lease: Lease,
         payload: Option<String>,
         sent_at: Instant,
-    ) -> Option<LockGuard> {
-        let payload = payload?;
-        // This wait's channel was an earlier wait's (each channel serves one
-        // wait at a time): a grant for another request is that wait's,
-        // which settled it otherwise, and says nothing new to this one.
-        if let (Some(request), Some((_, _, id))) = (self.request.as_deref(), parse_grant(&payload)) {
-            if id != request {
-                self.stale_wake = true;
-                return None;
-            }
+    ) -> Wake {
+        let (Some(request), Some((token, ms, id))) =
+            (self.request.as_deref(), payload.as_deref().and_then(parse_grant))
+        else {
+            return Wake::Attempt;
+        };
+        if id != request {
+            // This wait's channel was an earlier wait's (each channel serves
+            // one wait at a time): a grant for another request is that
+            // wait's, which settled it otherwise, and says nothing new to
+            // this one.
+            return Wake::Stale;
         }
-        let guard = self.claim_grant(pin, lease, &payload, sent_at)?;
-        self.queued.armed = false; // the grant removed us from the queue
-        Some(guard)
-    }
-
-    fn take_stale_wake(&mut self) -> bool {
-        std::mem::take(&mut self.stale_wake)
+        match self.claim_grant(pin, lease, token, ms, sent_at) {
+            Some(guard) => {
+                self.queued.armed = false; // the grant removed us from the queue
+                Wake::Granted(guard)
+            }
+            None => Wake::Attempt,
+        }
     }
 
     /// When the attempt's outcome is unknown, the quorum layer re-sends it

@@ -65,6 +65,18 @@ pub(crate) struct Refusal {
     pub(crate) place: Option<u64>,
 }
 
+/// What a wait does about a wake message ([`Policy::on_wake`]).
+pub(crate) enum Wake {
+    /// The message handed this wait the lock.
+    Granted(LockGuard),
+    /// It tries again at once.
+    Attempt,
+    /// Nothing for this wait (a message meant for an earlier wait on the
+    /// same channel): it sleeps on until the time it was going to wake at,
+    /// without an attempt.
+    Stale,
+}
+
 /// The hooks through which a lock kind shapes [`wait`]. Every default is
 /// the reentrant lock's behaviour.
 pub(crate) trait Policy: Send {
@@ -110,8 +122,8 @@ pub(crate) trait Policy: Send {
     }
 
     /// A wake message arrived (`payload`: the latest message that said
-    /// more than "wake up", as the subscriber kept it): the guard, when it
-    /// hands this wait the lock. The last attempt was sent at `sent_at`.
+    /// more than "wake up", as the subscriber kept it): what the wait does
+    /// about it. The last attempt was sent at `sent_at`.
     fn on_wake(
         &mut self,
         _t: Target<'_>,
@@ -119,16 +131,8 @@ pub(crate) trait Policy: Send {
         _lease: Lease,
         _payload: Option<String>,
         _sent_at: Instant,
-    ) -> Option<LockGuard> {
-        None
-    }
-
-    /// Whether the wake just handled to [`Policy::on_wake`] carried nothing
-    /// for this wait (a message meant for an earlier wait on the same
-    /// channel): the wait then sleeps on until the same time, without an
-    /// attempt. Asking clears it.
-    fn take_stale_wake(&mut self) -> bool {
-        false
+    ) -> Wake {
+        Wake::Attempt
     }
 
     /// An attempt failed with `e` (retried, or returned).
@@ -278,9 +282,9 @@ impl Policy for WakeOne {
         _lease: Lease,
         _payload: Option<String>,
         _sent_at: Instant,
-    ) -> Option<LockGuard> {
+    ) -> Wake {
         self.woken = true;
-        None
+        Wake::Attempt
     }
 
     fn on_error(&mut self, _e: &Error) {
@@ -494,17 +498,19 @@ pub(crate) async fn wait<P: Policy>(
             tokio::select! {
                 _ = notified.as_mut() => {
                     crate::observe::wakeup(t.labels(), "pubsub");
-                    if let Some(guard) = policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
-                        tracing::trace!("granted the lock by an unlock");
-                        return Ok(Some(guard));
+                    match policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
+                        Wake::Granted(guard) => {
+                            tracing::trace!("granted the lock by an unlock");
+                            return Ok(Some(guard));
+                        }
+                        Wake::Stale => {
+                            tracing::trace!("woken by a message for an earlier wait; sleeping on");
+                            notified.set(interest.notified());
+                            notified.as_mut().enable();
+                            continue;
+                        }
+                        Wake::Attempt => tracing::trace!("woken by an unlock message"),
                     }
-                    if policy.take_stale_wake() {
-                        tracing::trace!("woken by a message for an earlier wait; sleeping on");
-                        notified.set(interest.notified());
-                        notified.as_mut().enable();
-                        continue;
-                    }
-                    tracing::trace!("woken by an unlock message");
                 }
                 _ = tokio::time::sleep_until(wake_at) => {
                     let source = if recheck { "recheck" } else { "lease_timeout" };
