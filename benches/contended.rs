@@ -182,7 +182,7 @@ async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::
 const KEPT_TRY: &str = "local p = redis.call('PTTL', KEYS[1]) \
     if p == -2 then \
       local t = redis.call('INCR', KEYS[2]) \
-      redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', ARGV[3]) \
+      redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', ARGV[3], ':kind', 'reentrant') \
       redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
       if ARGV[5] == '1' then redis.call('SREM', KEYS[3], ARGV[4]) end return t end \
     redis.call('SADD', KEYS[3], ARGV[4]) return -1 - p";

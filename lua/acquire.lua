@@ -49,6 +49,9 @@
 --   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
 --                      server's own refusal (OOM, READONLY, ...); nothing is
 --                      changed
+--   error "WRONGKIND <kind>" / "WRONGTYPE foreign-hash 1" when KEYS[1] is
+--                      another kind's lock or a hash lockwarden did not
+--                      write (wrong_kind, shared.lua); nothing is changed
 --
 -- Side effects: on success the owner's field goes up by one and the lease
 -- is set (a re-entry never shortens it); a fresh take also writes the
@@ -98,10 +101,12 @@ if pttl == -2 then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
     waited = redis.call('EXISTS', KEYS[4]) == 1
   end
-  return take(1, 2, 3, waited)
+  return take(1, 2, 3, waited, 'reentrant')
 end
-local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
+local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait', ':kind')
 if got.err then return refused(got, 1) end
+local other = wrong_kind(got[4], 'reentrant')
+if other then return other end
 if not got[1] then
   if waiting ~= '0' then
     local place = listen(pttl >= 0 and pttl or tonumber(ARGV[2]), waiting == '3' or waiting == '4')

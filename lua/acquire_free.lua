@@ -8,7 +8,7 @@
 -- It answers a first send (ARGV[4] = "1") that finds the lock free and
 -- whose client is not put in the waiters list by a take (ARGV[5] "0" or
 -- left out, "1" or "3"), with the writes the rest of the script would
--- make: the next token, the owner's field at 1, ':token', ':take' (and
+-- make: the next token, the owner's field at 1, ':token', ':take', ':kind' (and
 -- ':wait' when a listening caller's client has other sleeping waiters in
 -- KEYS[4]), the lease. Its reply is the bare token, which means
 -- {1, token, 1} (see acquire.lua).
@@ -37,9 +37,9 @@ if pttl == -2 and ARGV[4] == '1' and (waiting == '0' or waiting == '1' or waitin
     end
     local text = string.format('%d', token)
     if waiting ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then
-      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':wait', '1')
+      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':kind', 'reentrant', ':wait', '1')
     else
-      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3])
+      redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':kind', 'reentrant')
     end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return token

@@ -34,6 +34,9 @@
 --   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
 --                      server's own refusal (OOM, READONLY, ...); nothing
 --                      changed (on a refresh, but this waiter's own deadline)
+--   error "WRONGKIND <kind>" / "WRONGTYPE foreign-hash 1" when KEYS[1] is
+--                      another kind's lock or a hash lockwarden did not
+--                      write (wrong_kind, shared.lua); nothing changed
 --
 -- Side effects: time comes from the server (TIME). When the lock is free,
 -- waiters whose deadline passed are evicted first. The lock is only taken
@@ -75,8 +78,10 @@ local pttl = redis.call('PTTL', KEYS[1])
 local exists = pttl ~= -2
 local head
 if exists then
-  local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':take')
+  local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':take', ':kind')
   if got.err then return refused(got, 1) end
+  local other = wrong_kind(got[4], 'fair')
+  if other then return other end
   if got[3] == KEYS[5] and got[2] then
     -- This request's own fresh take made the hold (its reply was lost).
     return {1, tonumber(got[2]), 1}
@@ -102,7 +107,7 @@ else
     head = redis.call('LINDEX', KEYS[2], 0)
   end
   if not head or head == ARGV[1] then
-    local taken = take(1, 4, 5, false)
+    local taken = take(1, 4, 5, false, 'fair')
     if head and taken[1] == 1 then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])

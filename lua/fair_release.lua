@@ -47,7 +47,7 @@
 
 local publish = ARGV[6] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done = leave_level(1, 4, 5, 4, ARGV[8] == '1')
+local done = leave_level(1, 4, 5, 4, ARGV[8] == '1', nil, 'fair')
 if done then
   return done
 end
@@ -93,7 +93,7 @@ if lease then
     local ms_text = string.format('%d', ms)
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[6], head)
-    redis.call('HSET', KEYS[1], head, '1', ':token', token)
+    redis.call('HSET', KEYS[1], head, '1', ':token', token, ':kind', 'fair')
     redis.call('PEXPIRE', KEYS[1], ms_text)
     local record_ms = tonumber(keep) > ms and keep or ms_text
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', record_ms)

@@ -17,7 +17,9 @@
 --          readers without a writer); "" for any other lock
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
---   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash; nothing is deleted
+--   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash, "WRONGTYPE
+--   foreign-hash 1" when it is a hash lockwarden did not write (no ':kind',
+--   see wrong_kind in shared.lua); nothing is deleted
 --
 -- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], one on the wake
 -- channel of the queue's head when there is one, and one to the first
@@ -34,6 +36,10 @@ if kind == 'none' then
 end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
+end
+if not redis.call('HGET', KEYS[1], ':kind') then
+  -- A hash some other program wrote: not a lock, never deleted here.
+  return redis.error_reply('WRONGTYPE foreign-hash 1')
 end
 if ARGV[4] == 'read' or ARGV[4] == 'write' then
   local writer, readers = false, false

@@ -50,7 +50,7 @@
 
 local publish = ARGV[8] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local done, listened = leave_level(1, 4, 3, 4, ARGV[5] == '1', held)
+local done, listened = leave_level(1, 4, 3, 4, ARGV[5] == '1', held, 'reentrant')
 if done then
   return done
 end

@@ -18,7 +18,7 @@
 
 local held
 if ARGV[5] == '1' then
-  held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait')
+  held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait', ':kind')
   if ARGV[4] ~= '' and held[1] == '1' and not held[3] and held[2]
       and (held[2] == ARGV[4] or tonumber(held[2]) == tonumber(ARGV[4])) then
     redis.call('DEL', KEYS[1])

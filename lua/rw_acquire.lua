@@ -28,12 +28,16 @@
 --                      side and not the write side: it would wait for itself
 --   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
 --                      server's own refusal; nothing changed
+--   error "WRONGKIND <kind>" / "WRONGTYPE foreign-hash 1" when KEYS[1] is
+--                      another kind's lock or a hash lockwarden did not
+--                      write (wrong_kind, shared.lua); nothing changed
 --
 -- Rules: many readers or one writer. The writer may also read (its read
 -- holds are readers like any other). A writer refused while it waits leaves
 -- its mark ':ww:<field>' (until now + ARGV[7]), and readers not yet in are
 -- refused while a mark lasts, so a stream of readers cannot starve writers;
--- each attempt of the waiting writer renews its mark, and taking the lock
+-- each attempt of the waiting writer renews its mark (never a holder's
+-- lease: each hold's lease is its deadline field), and taking the lock
 -- (or rw_leave.lua) removes it. Expired readers are pruned first. A refusal of a
 -- waiting caller sets ':wait'. Replays: every grant records its reply at
 -- KEYS[3], which a re-send returns.
@@ -51,7 +55,7 @@ local s, refusal
 if pttl == -2 then
   s = {f = {}, readers = 0, ww = 0}
 else
-  s, refusal = snapshot(now)
+  s, refusal = snapshot(now, 'rw')
   if not s then return refusal end
 end
 local f, writer, readers = s.f, s.writer, s.readers
@@ -87,20 +91,24 @@ if read then
   end
   local mine = string.sub(me, 1, -3)
   if writer and writer ~= mine then
-    return refuse(pttl)
+    return refuse(s.writer_left)
   end
   if not writer and s.ww > now then
     return refuse(s.ww - now)
   end
   local token = redis.pcall('GET', KEYS[2])
   if type(token) == 'table' then return refused(token, 2) end
-  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline)
+  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline, ':kind', 'rw')
   cover(s, lease)
   return grant(tonumber(token or '0'), 1)
 end
 
+local deadline = string.format('%d', now + lease)
 if writer == me then
   local count = redis.call('HINCRBY', KEYS[1], me, 1)
+  if tonumber(f[':' .. me]) < now + lease then
+    redis.call('HSET', KEYS[1], ':' .. me, deadline)
+  end
   redis.call('PEXPIRE', KEYS[1], lease, 'GT')
   return grant(tonumber(f[':token'] or '0'), count)
 end
@@ -109,14 +117,16 @@ if f[me .. ':r'] then
 end
 if writer or readers > 0 then
   if waits then
+    -- The mark has its own deadline; the hash's TTL only has to outlast
+    -- it (the holders' leases are their own fields, never the TTL).
     redis.call('HSET', KEYS[1], ':ww:' .. me, string.format('%d', now + tonumber(ARGV[7])))
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]), 'GT')
   end
-  return refuse(writer and pttl or s.soonest)
+  return refuse(writer and s.writer_left or s.soonest)
 end
 local token, refusal2 = next_token(2)
 if not token then return refusal2 end
-redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token))
+redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token), ':' .. me, deadline, ':kind', 'rw')
 redis.call('HDEL', KEYS[1], ':ww:' .. me)
 cover(s, lease)
 return grant(token, 1)

@@ -15,8 +15,11 @@
 -- a hash left without holders or marks is deleted.
 
 local now = now_ms()
-local s, refusal = snapshot(now)
-if not s then return refusal end
+local s, refusal, other = snapshot(now, 'rw')
+if not s then
+  if other then return 0 end
+  return refusal
+end
 local mark = ':ww:' .. ARGV[1]
 if not s.f[mark] then return 0 end
 redis.call('HDEL', KEYS[1], mark)

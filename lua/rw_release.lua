@@ -14,12 +14,13 @@
 --          a re-send
 --
 -- Returns 0 released (this side's last level of this owner), n > 0 levels
--- left, -1 not held by this hold (expired, never taken, or a newer write
--- hold of the same owner, told apart by its token): nothing changed; error
+-- left, -1 not held by this hold (expired, never taken, a newer write
+-- hold of the same owner, told apart by its token, or the name is another
+-- kind's now): nothing changed; error
 -- "WRONGTYPE <type> 1", or the server's own refusal.
 --
--- Side effects: the last level removes the caller's field (and a reader's
--- deadline). When no live holder is left the hash is deleted, but for the
+-- Side effects: the last level removes the caller's field and its
+-- deadline. When no live holder is left the hash is deleted, but for the
 -- marks of waiting writers, kept until their deadlines. The channel is told
 -- (when ':wait' says someone listens) once the lock is free, or when a
 -- writer leaves and only readers are left (waiting readers may join them).
@@ -34,8 +35,11 @@ end
 
 local now = now_ms()
 local me = ARGV[1]
-local s, refusal = snapshot(now)
-if not s then return refusal end
+local s, refusal, other = snapshot(now, 'rw')
+if not s then
+  if other then return -1 end
+  return refusal
+end
 local f, writer, readers = s.f, s.writer, s.readers
 local count = f[me]
 if not count then return -1 end
@@ -49,7 +53,7 @@ if count > 0 then
   redis.call('HINCRBY', KEYS[1], me, -1)
   local relet = tonumber(ARGV[2])
   if relet > 0 then
-    if read and tonumber(f[':' .. me]) < now + relet then
+    if tonumber(f[':' .. me]) < now + relet then
       redis.call('HSET', KEYS[1], ':' .. me, string.format('%d', now + relet))
     end
     redis.call('PEXPIRE', KEYS[1], relet, 'GT')
@@ -63,7 +67,7 @@ if read then
   redis.call('HDEL', KEYS[1], me, ':' .. me)
   readers = readers - 1
 else
-  redis.call('HDEL', KEYS[1], me, ':token')
+  redis.call('HDEL', KEYS[1], me, ':token', ':' .. me)
   writer = nil
   wake = readers > 0
 end

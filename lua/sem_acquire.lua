@@ -18,6 +18,9 @@
 --   {0, ms}        not enough permits free: ms until the first holder's
 --                  lease ends (when permits may come back without a release)
 --   error "WRONGTYPE <type> 1", or the server's own refusal
+--   error "WRONGKIND <kind>" / "WRONGTYPE foreign-hash 1" when KEYS[1] is
+--                  another kind's lock or a hash lockwarden did not write
+--                  (wrong_kind, shared.lua); nothing changed
 --
 -- Side effects: holders whose lease passed are removed first (their
 -- permits are free again). A grant writes the id with its permits and
@@ -27,7 +30,7 @@
 
 local now = now_ms()
 local me, take, total, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local s, refusal = snapshot(now)
+local s, refusal = snapshot(now, 'semaphore')
 if not s then return refusal end
 if s.f[me] then
   return {1, 0, 1}
@@ -42,7 +45,7 @@ if used + take > total then
   end
   return {0, s.soonest or 1}
 end
-redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease))
+redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease), ':kind', 'semaphore')
 if ARGV[5] == '2' and not s.f[':wait'] then
   -- Other waits of the caller's client may still sleep: this holder's
   -- release must wake them.

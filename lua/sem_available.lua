@@ -15,6 +15,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])
 local f = {}
 for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+if #all > 0 and f[':kind'] ~= 'semaphore' then
+  if not f[':kind'] then return redis.error_reply('WRONGTYPE foreign-hash 1') end
+  return redis.error_reply('WRONGKIND ' .. f[':kind'])
+end
 local used = 0
 for k, v in pairs(f) do
   if string.sub(k, 1, 1) ~= ':' and tonumber(f[':' .. k] or '0') > now then

@@ -14,8 +14,11 @@
 -- last holder. The channel is told when ':wait' says a waiter listens.
 
 local now = now_ms()
-local s, refusal = snapshot(now)
-if not s then return refusal end
+local s, refusal, other = snapshot(now, 'semaphore')
+if not s then
+  if other then return -1 end
+  return refusal
+end
 if not s.f[ARGV[1]] then return -1 end
 redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1])
 if s.readers <= 1 then

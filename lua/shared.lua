@@ -18,6 +18,15 @@
 --                a restarted counter is above every token handed out before
 --                unless the server's clock now reads earlier than when the
 --                lost counter started.
+-- wrong_kind(found, want)
+--                nil when a lock hash's ':kind' field (`found`, false when
+--                absent) is `want`; else the refusal: "WRONGKIND <kind>"
+--                when the hash is another lockwarden kind's,
+--                "WRONGTYPE foreign-hash 1" when it has no ':kind' (a hash
+--                some other program wrote). Every lock hash carries its
+--                kind from its first write ('reentrant', 'fair', 'rw',
+--                'semaphore'), so one name is one kind while it is held, and
+--                no script writes into a hash it does not recognise.
 
 local function refused(e, i)
   local text = e.err or tostring(e)
@@ -45,4 +54,12 @@ local function next_token(i)
     redis.call('SET', KEYS[i], string.format('%d', token))
   end
   return token
+end
+
+local function wrong_kind(found, want)
+  if found == want then return nil end
+  if not found then
+    return redis.error_reply('WRONGTYPE foreign-hash 1')
+  end
+  return redis.error_reply('WRONGKIND ' .. found)
 end

@@ -13,10 +13,12 @@
 --             hold: a re-send of that request finds its reply here
 --   ':wait'   a waiter that listens on the lock's channel was refused
 --             while this hold stood: the unlock must publish
+--   ':kind'   'reentrant' or 'fair': the kind whose hold this is (see
+--             wrong_kind in shared.lua)
 --
--- take(h, c, r, waited)      a fresh hold of a lock hash that does not
+-- take(h, c, r, waited, kind) a fresh hold of a lock hash that does not
 --                            exist: the next token, the owner's field at 1,
---                            ':token', ':take', the lease; the reply
+--                            ':token', ':take', ':kind', the lease; the reply
 --                            {1, token, 1}. No record key is written: the
 --                            hold itself is the record (replayed_take).
 --                            `waited`: other waiters of the taker's
@@ -31,16 +33,16 @@
 --                            absent: {1, token, 1} when the hold of KEYS[h]
 --                            is the one its fresh take made, else nil.
 
-local function take(h, c, r, waited)
+local function take(h, c, r, waited, kind)
   local token, refusal = next_token(c)
   if not token then return refusal end
   -- Formatted as an integer once (Lua's own number-to-string conversion
   -- goes through floating-point formatting).
   local text = string.format('%d', token)
   if waited then
-    redis.call('HSET', KEYS[h], ARGV[1], '1', ':token', text, ':take', KEYS[r], ':wait', '1')
+    redis.call('HSET', KEYS[h], ARGV[1], '1', ':token', text, ':take', KEYS[r], ':kind', kind, ':wait', '1')
   else
-    redis.call('HSET', KEYS[h], ARGV[1], '1', ':token', text, ':take', KEYS[r])
+    redis.call('HSET', KEYS[h], ARGV[1], '1', ':token', text, ':take', KEYS[r], ':kind', kind)
   end
   redis.call('PEXPIRE', KEYS[h], ARGV[2])
   return {1, token, 1}

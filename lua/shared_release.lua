@@ -1,7 +1,7 @@
 -- shared_release: the part every kind's release script shares; node.rs
 -- puts it after shared.lua in front of them.
 --
--- leave_level(h, c, r, t, fresh, held)
+-- leave_level(h, c, r, t, fresh, held, kind)
 --                          one level of ARGV[1]'s hold of the lock hash
 --                          KEYS[h] whose token is ARGV[t] ('' when unknown;
 --                          compared with the counter KEYS[c]) is left.
@@ -21,23 +21,25 @@
 --                          record's lifetime in ms. `fresh`: the request
 --                          was never sent before, so its record is not read.
 --                          `held`: the reply of HMGET KEYS[h] ARGV[1]
---                          ':token' ':wait' (pcall) when the script read
---                          it already and wrote nothing since; nil: read
---                          here.
+--                          ':token' ':wait' ':kind' (pcall) when the script
+--                          read it already and wrote nothing since; nil:
+--                          read here. `kind`: the hash's ':kind' of this
+--                          lock kind; a hash of another kind (or of none)
+--                          is not this hold: -1.
 
-local function leave_level(h, c, r, t, fresh, held)
+local function leave_level(h, c, r, t, fresh, held, kind)
   if not fresh then
     local rec = redis.call('GET', KEYS[r])
     if rec then
       return tonumber(rec)
     end
   end
-  local got = held or redis.pcall('HMGET', KEYS[h], ARGV[1], ':token', ':wait')
+  local got = held or redis.pcall('HMGET', KEYS[h], ARGV[1], ':token', ':wait', ':kind')
   if got.err then
     return refused(got, h)
   end
   local count = got[1]
-  if not count then
+  if not count or got[4] ~= kind then
     return -1
   end
   if ARGV[t] ~= '' then

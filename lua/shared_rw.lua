@@ -5,30 +5,41 @@
 --   "<client-uuid>:<owner-id>"    the write hold's reentry count (one at most)
 --   "<client-uuid>:<owner-id>:r"  one reader's reentry count
 -- and its own fields (named with a leading ':', see shared_acquire.lua):
+--   ':kind'           'rw' ('semaphore' for a semaphore's hash, which has
+--                     only "readers": see wrong_kind in shared.lua)
 --   ':token'          the write hold's fencing token
---   ':<reader field>'  that reader's lease deadline (server ms): each read
---                     hold has its own lease, and one whose deadline passed
---                     is gone (pruned by the next script that looks)
+--   ':<owner field>'  that hold's lease deadline (server ms), for the writer
+--                     and each reader: every hold has its own lease, and one
+--                     whose deadline passed is gone (pruned by the next
+--                     script that looks). Only a holder (or its watchdog)
+--                     moves its deadline; the hash's TTL is only a bound
+--                     for cleaning up, never a hold's lease, so nothing a
+--                     waiter does to the hash can keep a dead holder in
 --   ':ww:<owner field>'  a writer waits, until this deadline (server ms)
 --                     unless it renews it: new readers queue behind it
 --                     (writer preference); it goes when the writer takes
 --                     the lock or gives up (rw_leave.lua)
 --   ':wait'           a listening waiter was refused: the unlock publishes
--- The hash's own TTL is at least every live hold's lease, so it vanishes
--- once every holder died.
+-- The hash's own TTL is at least every live hold's lease (and every
+-- waiting writer's mark), so it vanishes once every holder died.
 --
 -- now_ms()          the server's clock in ms
--- snapshot(now)     the hash as seen now, as a table s: s.f (field ->
---                   value, with expired readers and writers' marks removed
+-- snapshot(now, kind) the hash as seen now, as a table s: s.f (field ->
+--                   value, with expired holders and writers' marks removed
 --                   from it and from the server), s.writer (the write
---                   holder's field, or nil), s.readers (live readers),
+--                   holder's field, or nil), s.writer_left (ms to the end
+--                   of its lease), s.readers (live readers),
 --                   s.soonest (ms until the first reader's deadline, nil
 --                   without readers), s.ww (the latest deadline of a
---                   waiting writer's mark, 0 without); or nil and the
---                   refusal when KEYS[1] is not a hash
+--                   waiting writer's mark, 0 without); or nil, the refusal
+--                   and whether the refusal is another kind's (or no
+--                   kind's) hash at KEYS[1] when KEYS[1] is not a hash of
+--                   `kind` ('rw' or 'semaphore'). An empty (absent) hash
+--                   is of every kind.
 -- is_reader(f)      whether the owner field f is a reader's
 -- keep_marks(s, now) re-writes the live writers' marks of s into KEYS[1]
---                   (after a DEL), with a TTL to the latest one
+--                   (after a DEL), with its ':kind' and a TTL to the
+--                   latest one
 -- cover(s, ms)      makes the hash's TTL cover a new hold of ms: never
 --                   shortened while s had holders, set as it is otherwise
 -- wake_waiters(s, how, message)
@@ -45,11 +56,15 @@ local function is_reader(f)
   return string.sub(f, -2) == ':r'
 end
 
-local function snapshot(now)
+local function snapshot(now, kind)
   local all = redis.pcall('HGETALL', KEYS[1])
   if all.err then return nil, refused(all, 1) end
   local f = {}
   for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+  if #all > 0 then
+    local other = wrong_kind(f[':kind'] or false, kind)
+    if other then return nil, other, true end
+  end
   local s = {f = f, readers = 0, ww = 0}
   for k, v in pairs(f) do
     if string.sub(k, 1, 4) == ':ww:' then
@@ -61,18 +76,23 @@ local function snapshot(now)
         s.ww = d
       end
     elseif string.sub(k, 1, 1) ~= ':' then
-      if is_reader(k) then
-        local d = tonumber(f[':' .. k] or '0')
-        if d <= now then
+      local d = tonumber(f[':' .. k] or '0')
+      if d <= now then
+        -- This hold's lease ended: it is gone, whoever still waits.
+        if is_reader(k) then
           redis.call('HDEL', KEYS[1], k, ':' .. k)
-          f[k] = nil
-          f[':' .. k] = nil
         else
-          s.readers = s.readers + 1
-          if not s.soonest or d - now < s.soonest then s.soonest = d - now end
+          redis.call('HDEL', KEYS[1], k, ':' .. k, ':token')
+          f[':token'] = nil
         end
+        f[k] = nil
+        f[':' .. k] = nil
+      elseif is_reader(k) then
+        s.readers = s.readers + 1
+        if not s.soonest or d - now < s.soonest then s.soonest = d - now end
       else
         s.writer = k
+        s.writer_left = d - now
       end
     end
   end
@@ -82,7 +102,7 @@ end
 local function keep_marks(s, now)
   for k, v in pairs(s.f) do
     if string.sub(k, 1, 4) == ':ww:' then
-      redis.call('HSET', KEYS[1], k, v)
+      redis.call('HSET', KEYS[1], k, v, ':kind', 'rw')
     end
   end
   if s.ww > now then

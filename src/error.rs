@@ -36,6 +36,19 @@ pub enum Error {
         /// What the server reported.
         found: String,
     },
+    /// The name is in use by another kind of lockwarden lock (for example
+    /// a semaphore asked for while a reentrant lock holds the name): one
+    /// name is one kind while it is held. Nothing was changed in Redis;
+    /// once the other kind's holders are gone the name is free for any
+    /// kind.
+    #[error("lock {key:?} is held as a {found}, which this handle's kind cannot share; it was left untouched")]
+    WrongKind {
+        /// The lock's key.
+        key: String,
+        /// The kind found: "reentrant lock", "fair lock", "read-write
+        /// lock" or "semaphore".
+        found: String,
+    },
     /// The lock name cannot be used.
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
@@ -200,10 +213,27 @@ impl Error {
         if e.details().starts_with("DEADLOCK") {
             return Error::WouldDeadlock { key: first.to_string() };
         }
+        if let Some(found) = e.details().strip_prefix("WRONGKIND ") {
+            let found = match found.trim() {
+                "reentrant" => "reentrant lock",
+                "fair" => "fair lock",
+                "rw" => "read-write lock",
+                "semaphore" => "semaphore",
+                other => other,
+            };
+            return Error::WrongKind {
+                key: first.to_string(),
+                found: found.to_string(),
+            };
+        }
         if let Some(rest) = e.details().strip_prefix("WRONGTYPE ") {
             let mut words = rest.split_whitespace();
             if let (Some(found), Some(i), None) = (words.next(), words.next(), words.next()) {
                 if let Some(key) = i.parse::<usize>().ok().and_then(|i| keys.get(i.checked_sub(1)?)) {
+                    let found = match found {
+                        "foreign-hash" => "a hash lockwarden did not write",
+                        other => other,
+                    };
                     return Error::WrongType {
                         key: key.to_string(),
                         found: found.to_string(),

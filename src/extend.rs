@@ -72,7 +72,10 @@ impl Extensions {
     /// Queues the extension of the granted `hold` at `at` (to `end`, or a
     /// full watchdog lease when `None`). Never blocks; a hold released by
     /// then is skipped.
-    pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant, end: Option<Instant>) {
+    /// Until then the hold's at-risk threshold is half of `first`, the
+    /// lease it was granted with.
+    pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant, end: Option<Instant>, first: Duration) {
+        hold.extension_pending(first);
         let mut due = self.due.lock();
         let first = due.peek().is_none_or(|d| at < d.at);
         due.push(Due {
@@ -156,12 +159,20 @@ async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
         return;
     }
     let timeout = r.settings.command_timeout;
-    match r.members[0]
+    let renewed = r.members[0]
         .node
         .renew(&[(&hold.lock_key, &hold.owner_field)], lease, timeout)
-        .await
-    {
-        Ok(flags) if flags.first() == Some(&true) => hold.extend(sent + lease.saturating_sub(drift(lease))),
+        .await;
+    // Confirmed or not, the hold is measured against its own lease from
+    // now: an extension that failed leaves it at risk, as it is.
+    if let Ok(flags) = &renewed {
+        if flags.first() == Some(&true) {
+            hold.extend(sent + lease.saturating_sub(drift(lease)));
+        }
+    }
+    hold.extension_done();
+    match renewed {
+        Ok(flags) if flags.first() == Some(&true) => {}
         Ok(_) => {
             if still_held(r.holds, hold) {
                 hold.mark_lost(LossReason::Gone);

@@ -152,7 +152,8 @@ impl<'a> FairWait<'a> {
             Lease::Fixed(d) if d > granted => Some(sent_at + d),
             _ => return Some(guard),
         };
-        core.extensions.schedule(guard.hold(), sent_at + granted / 3, end);
+        core.extensions
+            .schedule(guard.hold(), sent_at + granted / 3, end, granted);
         Some(guard)
     }
 }

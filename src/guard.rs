@@ -149,9 +149,34 @@ impl LockGuard {
     /// `warn`: by the watchdog for renewed holds, when observed through this
     /// method or [`LockGuard::at_risk`] for fixed leases.
     pub fn is_at_risk(&self) -> bool {
-        let at_risk = self.validity() < self.lease_length() / 2;
+        let at_risk = self.validity() < self.risk_threshold();
         self.hold.note_risk(at_risk);
         at_risk
+    }
+
+    /// Below this validity the hold is at risk: half its lease, or half
+    /// the first lease of a direct grant whose extension is still to come
+    /// (a fair lock's unlock hands the lock over with a lease cut to the
+    /// waiter's queue deadline, see [`LockGuard::is_extension_pending`]).
+    fn risk_threshold(&self) -> Duration {
+        let lease = match self.hold.pending_first_lease() {
+            Some(first) => first.min(self.lease_length()),
+            None => self.lease_length(),
+        };
+        lease / 2
+    }
+
+    /// Whether the hold still runs on a shorter first lease than it asked
+    /// for, to be set to its own lease shortly. A fair lock's unlock hands
+    /// the lock straight to the next waiter with a lease cut to that
+    /// waiter's queue deadline ([`ClientBuilder::fair_waiter_timeout`](crate::ClientBuilder::fair_waiter_timeout)),
+    /// so that a waiter that died meanwhile blocks the queue no longer than
+    /// its eviction would; a third of the way into that lease the holder's
+    /// client sets the lease it asked for. Until then [`LockGuard::validity`]
+    /// is below the asked lease by design, and [`LockGuard::is_at_risk`]
+    /// measures it against the first lease. False for every other hold.
+    pub fn is_extension_pending(&self) -> bool {
+        self.hold.pending_first_lease().is_some() && !self.is_lost()
     }
 
     /// Resolves when the hold is at risk (see [`LockGuard::is_at_risk`]),
@@ -162,12 +187,14 @@ impl LockGuard {
     ///
     /// Cancel safe: it only observes.
     pub async fn at_risk(&self) -> Duration {
-        let threshold = self.lease_length() / 2;
         let mut rx = self.hold.subscribe_lost();
         loop {
             if self.is_at_risk() {
                 return self.validity();
             }
+            // A pending extension changes the threshold when it lands: look
+            // again then at the latest (a third of the first lease in).
+            let threshold = self.risk_threshold();
             // The validity moves forward with each confirmed renewal: sleep
             // until the threshold as it stands, then look again.
             let due = self

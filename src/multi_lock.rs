@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::runtime::Backoff;
+use crate::settings::check_wait;
 use crate::settings::Lease;
 use crate::watchdog::LossReason;
 
@@ -98,10 +100,22 @@ impl MultiLock {
     }
 
     async fn take(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<MultiGuard>> {
+        if let Some(w) = wait {
+            check_wait(w)?;
+        }
         let deadline = wait.map(|w| Instant::now() + w);
+        // Retryable failures are retried as `Lock::try_lock` retries them:
+        // within the wait, or for a wait without one, while they last less
+        // than the client's `retry_transient_for`.
+        let retry_for = self
+            .locks
+            .first()
+            .map_or(Duration::ZERO, |l| l.inner.settings.retry_transient_for);
+        let mut failing_since: Option<Instant> = None;
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
         // Per lock, in order: its guard once held.
         let mut held: Vec<Option<LockGuard>> = (0..self.locks.len()).map(|_| None).collect();
-        loop {
+        'attempt: loop {
             let mut blocked = None;
             for (i, lock) in self.locks.iter().enumerate() {
                 if held[i].is_some() {
@@ -115,10 +129,20 @@ impl MultiLock {
                     }
                     Err(e) => {
                         give_back(&mut held).await;
-                        return Err(e);
+                        let now = Instant::now();
+                        let since = *failing_since.get_or_insert(now);
+                        let end = deadline.unwrap_or(since + retry_for);
+                        if !e.is_retryable() || now >= end {
+                            return Err(e);
+                        }
+                        tracing::debug!(error = %e, "a multi-lock attempt failed; retrying");
+                        tokio::time::sleep(backoff.next_jittered().min(end - now)).await;
+                        continue 'attempt;
                     }
                 }
             }
+            failing_since = None;
+            backoff.reset();
             let Some(i) = blocked else {
                 let guards = held.into_iter().flatten().collect();
                 return Ok(Some(MultiGuard { guards }));
@@ -143,6 +167,11 @@ impl MultiLock {
         }
     }
 }
+
+/// The first pause before a failed attempt is tried again; it doubles up
+/// to [`RETRY_MAX`] (as `Lock::try_lock`'s retries).
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Gives back every guard in `held` at once (the releases run together).
 async fn give_back(held: &mut [Option<LockGuard>]) {
@@ -176,6 +205,24 @@ impl MultiGuard {
     /// their validities.
     pub fn validity(&self) -> Duration {
         self.guards.iter().map(LockGuard::validity).min().unwrap_or_default()
+    }
+
+    /// Whether one of the locks is at risk (see
+    /// [`LockGuard::is_at_risk`]).
+    pub fn is_at_risk(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_at_risk)
+    }
+
+    /// Resolves when one of the locks is at risk, with the least validity
+    /// left then (see [`LockGuard::at_risk`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn at_risk(&self) -> Duration {
+        let each = self.guards.iter().map(|g| Box::pin(g.at_risk()));
+        futures::future::select_all(each).await;
+        self.validity()
     }
 
     /// Why one of the locks was lost, if one was.

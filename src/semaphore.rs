@@ -216,6 +216,22 @@ impl Permit {
         self.guard.validity()
     }
 
+    /// Whether the permits are at risk: less than half of their lease is
+    /// left of their validity (see [`LockGuard::is_at_risk`]).
+    pub fn is_at_risk(&self) -> bool {
+        self.guard.is_at_risk()
+    }
+
+    /// Resolves when the permits are at risk, with the validity left then
+    /// (see [`LockGuard::at_risk`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn at_risk(&self) -> Duration {
+        self.guard.at_risk().await
+    }
+
     /// Gives the permits back.
     ///
     /// # Errors

@@ -116,6 +116,10 @@ pub(crate) struct Hold {
     epoch: Instant,
     /// Whether the hold was last seen at risk (see `LockGuard::is_at_risk`).
     at_risk: std::sync::atomic::AtomicBool,
+    /// A directly granted hold's first lease, in µs, while the extension to
+    /// its own lease is still to come (`crate::extend`); 0 otherwise. Its
+    /// validity is measured against this shorter lease until then.
+    first_lease_us: AtomicU64,
 }
 
 #[derive(Default)]
@@ -140,6 +144,7 @@ impl Hold {
             valid_until_us: AtomicU64::new(0),
             epoch: grant.sent_at,
             at_risk: std::sync::atomic::AtomicBool::new(false),
+            first_lease_us: AtomicU64::new(0),
         };
         h.extend(grant.valid_until);
         h
@@ -208,6 +213,27 @@ impl Hold {
     pub(crate) fn extend(&self, until: Instant) {
         let us = until.saturating_duration_since(self.epoch).as_micros() as u64;
         self.valid_until_us.fetch_max(us, Ordering::AcqRel);
+    }
+
+    /// Notes that the hold runs on a first lease of `lease`, shorter than it
+    /// asked for, until its extension ([`Hold::extension_done`]).
+    pub(crate) fn extension_pending(&self, lease: Duration) {
+        let us = (lease.as_micros() as u64).max(1);
+        self.first_lease_us.store(us, Ordering::Release);
+    }
+
+    /// The extension of a directly granted hold ran (confirmed or not).
+    pub(crate) fn extension_done(&self) {
+        self.first_lease_us.store(0, Ordering::Release);
+    }
+
+    /// The first lease of a directly granted hold whose extension is still
+    /// to come.
+    pub(crate) fn pending_first_lease(&self) -> Option<Duration> {
+        match self.first_lease_us.load(Ordering::Acquire) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
     }
 
     /// Until when the hold is valid, as far as the masters confirmed.

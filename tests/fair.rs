@@ -73,7 +73,7 @@ fn release_without_telling(server: &RedisServer, name: &str, field: &str) -> Rep
 /// A lock held by a made-up owner `field` (30 s lease), so a test can
 /// release it with [`release_without_telling`].
 fn hold_as(server: &RedisServer, name: &str, field: &str) {
-    server.cmd(&["HSET", name, field, "1"]);
+    server.cmd(&["HSET", name, field, "1", ":kind", "fair"]);
     server.cmd(&["PEXPIRE", name, "30000"]);
 }
 

@@ -301,7 +301,7 @@ async fn quorum_tokens_never_go_back_when_the_granting_masters_are_lost() {
             .await
             .unwrap();
         for s in &servers[3..] {
-            s.cmd(&["HSET", "q", "someone:1", "1"]);
+            s.cmd(&["HSET", "q", "someone:1", "1", ":kind", "reentrant"]);
             s.cmd(&["PEXPIRE", "q", "60000"]);
         }
         let lock = c.lock("q").unwrap();

@@ -22,9 +22,9 @@ pub const COMPARE_AND_DELETE: &str =
 /// lockwarden lock + unlock, and nothing else.
 pub const KEPT_TAKE: &str = "if redis.call('PTTL', KEYS[1]) ~= -2 then return 0 end \
     local t = redis.call('INCR', KEYS[2]) \
-    redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', KEYS[3]) \
+    redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', KEYS[3], ':kind', 'reentrant') \
     redis.call('PEXPIRE', KEYS[1], ARGV[2]) return t";
-pub const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token', ':wait') \
+pub const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token', ':wait', ':kind') \
     if not h[1] or h[2] ~= ARGV[2] then return -1 end \
     redis.call('DEL', KEYS[1]) \
     if h[3] then redis.call('PUBLISH', KEYS[2], '0') end return 0";

@@ -326,9 +326,11 @@ pub fn fail(what: &str, e: &Error) -> i32 {
 /// Bad input is a usage error; everything about reaching Redis is 69.
 pub fn exit_code(e: &Error) -> i32 {
     match e {
-        Error::InvalidName { .. } | Error::InvalidDuration { .. } | Error::Config(_) | Error::WrongType { .. } => {
-            EX_USAGE
-        }
+        Error::InvalidName { .. }
+        | Error::InvalidDuration { .. }
+        | Error::Config(_)
+        | Error::WrongType { .. }
+        | Error::WrongKind { .. } => EX_USAGE,
         _ => EX_UNAVAILABLE,
     }
 }

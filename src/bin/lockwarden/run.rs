@@ -65,6 +65,17 @@ impl Held {
         }
     }
 
+    /// Whether the hold runs on a fair lock's short first lease, healthy,
+    /// with its own lease still to be set (see
+    /// `LockGuard::is_extension_pending`): a validity below the time
+    /// needed to stop the command is expected then, not a sign of trouble.
+    fn awaits_own_lease(&self) -> bool {
+        match self {
+            Held::One(g) => g.is_extension_pending() && !g.is_at_risk(),
+            Held::Permit(_) | Held::Many(_) => false,
+        }
+    }
+
     fn loss_reason(&self) -> Option<LossReason> {
         match self {
             Held::One(g) => g.loss_reason(),
@@ -305,7 +316,15 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
         // Termination must start this long before the validity ends; the
         // watchdog moves the validity forward while renewals get through.
         let left = guard.validity();
-        let check = tokio::time::sleep(left.saturating_sub(stop_before));
+        // A fair lock's direct grant starts on a short lease that its own
+        // replaces a third of the way in: look again soon rather than stop
+        // a command whose lock is healthy (a failed extension puts the
+        // hold at risk, and it is stopped then).
+        let check = if guard.awaits_own_lease() && left <= stop_before {
+            tokio::time::sleep(PENDING_CHECK)
+        } else {
+            tokio::time::sleep(left.saturating_sub(stop_before))
+        };
         tokio::select! {
             status = child.wait() => match status {
                 Ok(s) => break Outcome::Exited(s),
@@ -321,7 +340,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
                     break Outcome::Lost(reason);
                 }
                 let left = guard.validity();
-                if left <= stop_before {
+                if left <= stop_before && !guard.awaits_own_lease() {
                     break Outcome::AtRisk(left);
                 }
             }
@@ -356,9 +375,16 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
                  command before the lock could run out",
                 humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
             );
-            stop_group(&mut child, group, kill_grace).await;
+            // SIGKILL lands while the lock is still held, even when less
+            // than the grace was left (a failed extension of a short first
+            // lease).
+            let grace = kill_grace.min(left.saturating_sub(stop_before - kill_grace));
+            stop_group(&mut child, group, grace).await;
             let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
             EX_SOFTWARE
         }
     }
 }
+
+/// How often a run whose fair lock awaits its own lease looks at it.
+const PENDING_CHECK: Duration = Duration::from_millis(100);
