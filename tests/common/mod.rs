@@ -653,6 +653,9 @@ impl Resp {
 pub struct Proxy {
     pub port: u16,
     drop_next_reply: Arc<AtomicBool>,
+    /// While set, nothing passes either way (a partition, or a paused
+    /// client as the server sees it); what was sent meanwhile passes after.
+    stalled: Arc<AtomicBool>,
     pub dropped: Arc<AtomicU64>,
     /// Bytes passed on from clients to the server.
     pub forwarded: Arc<AtomicU64>,
@@ -666,10 +669,11 @@ impl Proxy {
         let flag = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let forwarded = Arc::new(AtomicU64::new(0));
-        let (f, d, fw) = (flag.clone(), dropped.clone(), forwarded.clone());
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (f, d, fw, st) = (flag.clone(), dropped.clone(), forwarded.clone(), stalled.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (f, d, fw) = (f.clone(), d.clone(), fw.clone());
+                let (f, d, fw, st) = (f.clone(), d.clone(), fw.clone(), st.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -685,6 +689,9 @@ impl Proxy {
                             n = cr.read(&mut a) => match n {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => {
+                                    while st.load(Ordering::SeqCst) {
+                                        tokio::time::sleep(Duration::from_millis(5)).await;
+                                    }
                                     if sw.write_all(&a[..n]).await.is_err() { return }
                                     fw.fetch_add(n as u64, Ordering::SeqCst);
                                 }
@@ -692,6 +699,9 @@ impl Proxy {
                             n = sr.read(&mut b) => match n {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => {
+                                    while st.load(Ordering::SeqCst) {
+                                        tokio::time::sleep(Duration::from_millis(5)).await;
+                                    }
                                     if f.swap(false, Ordering::SeqCst) {
                                         d.fetch_add(1, Ordering::SeqCst);
                                         return; // drops both sockets: the client sees a reset
@@ -707,6 +717,7 @@ impl Proxy {
         Proxy {
             port,
             drop_next_reply: flag,
+            stalled,
             dropped,
             forwarded,
             task,
@@ -715,6 +726,17 @@ impl Proxy {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Holds back everything on every connection, both ways, until
+    /// [`Proxy::resume`] (a partition of the clients behind the proxy).
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends [`Proxy::stall`]: what was held back passes on.
+    pub fn resume(&self) {
+        self.stalled.store(false, Ordering::SeqCst);
     }
 
     /// The next reply from the server, on any connection, is swallowed and

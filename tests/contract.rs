@@ -1,0 +1,445 @@
+//! The contract matrix: the promises every kind keeps, checked for every
+//! kind (reentrant, fair, read side, write side, a semaphore's permit, a
+//! multi-lock) with the watchdog and with a fixed lease, on one server and
+//! the deployments each kind supports, and where kinds meet on one name.
+//!
+//! Each row is one promise; a kind that refuses a combination by design
+//! has the refusal checked instead.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockwarden::{Client, Error, Lease, LockGuard, LossReason, MultiGuard, Permit};
+
+const BOUND: Duration = Duration::from_secs(90);
+
+/// A kind of hold, as users take them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum K {
+    Reentrant,
+    Fair,
+    Read,
+    Write,
+    Permit,
+    Multi,
+}
+
+const KINDS: [K; 6] = [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit, K::Multi];
+
+impl K {
+    /// The kind that has to wait while this one holds the name: the write
+    /// side for a reader (readers share), the same kind otherwise (the
+    /// semaphore has one permit).
+    fn rival(self) -> K {
+        match self {
+            K::Read => K::Write,
+            k => k,
+        }
+    }
+
+    /// Whether its holds carry a fresh fencing token (a reader carries the
+    /// last writer's; a permit none).
+    fn fenced(self) -> bool {
+        !matches!(self, K::Read | K::Permit)
+    }
+
+    /// The name of the kind in `Error::WrongKind`.
+    fn found(self) -> &'static str {
+        match self {
+            K::Reentrant | K::Multi => "reentrant lock",
+            K::Fair => "fair lock",
+            K::Read | K::Write => "read-write lock",
+            K::Permit => "semaphore",
+        }
+    }
+}
+
+/// A hold of any kind.
+#[derive(Debug)]
+enum Held {
+    G(LockGuard),
+    P(Permit),
+    M(MultiGuard),
+}
+
+impl Held {
+    fn is_at_risk(&self) -> bool {
+        match self {
+            Held::G(g) => g.is_at_risk(),
+            Held::P(p) => p.is_at_risk(),
+            Held::M(m) => m.is_at_risk(),
+        }
+    }
+
+    fn validity(&self) -> Duration {
+        match self {
+            Held::G(g) => g.validity(),
+            Held::P(p) => p.validity(),
+            Held::M(m) => m.validity(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::G(g) => g.is_lost(),
+            Held::P(p) => p.is_lost(),
+            Held::M(m) => m.is_lost(),
+        }
+    }
+
+    async fn lost(&self) -> LossReason {
+        match self {
+            Held::G(g) => g.lost().await,
+            Held::P(p) => p.lost().await,
+            Held::M(m) => m.lost().await,
+        }
+    }
+
+    fn token(&self) -> u64 {
+        match self {
+            Held::G(g) => g.token(),
+            Held::P(_) => 0,
+            Held::M(m) => m.tokens().iter().map(|(_, t)| *t).min().unwrap_or(0),
+        }
+    }
+
+    async fn release(self) -> lockwarden::Result<()> {
+        match self {
+            Held::G(g) => g.unlock().await,
+            Held::P(p) => p.release().await,
+            Held::M(m) => m.unlock().await,
+        }
+    }
+}
+
+/// The second name a multi-lock takes with `name`.
+fn second(name: &str) -> String {
+    format!("{name}-2")
+}
+
+/// Takes `k` on `name` (a multi-lock: `name` and [`second`]`(name)`).
+async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> lockwarden::Result<Option<Held>> {
+    Ok(match k {
+        K::Reentrant => c.lock(name)?.try_lock(wait, lease).await?.map(Held::G),
+        K::Fair => c.fair_lock(name)?.try_lock(wait, lease).await?.map(Held::G),
+        K::Read => c.rw_lock(name)?.read().try_lock(wait, lease).await?.map(Held::G),
+        K::Write => c.rw_lock(name)?.write().try_lock(wait, lease).await?.map(Held::G),
+        K::Permit => c.semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
+        K::Multi => c
+            .multi_lock(&[name.to_string(), second(name)])?
+            .try_lock(wait, lease)
+            .await?
+            .map(Held::M),
+    })
+}
+
+/// A client whose waiters wake only for a message or at the holder's lease
+/// bound: reentrant waiters never look on their own (`NO_PATIENCE`), fair
+/// waiters refresh their place only every 30 s. A wait that ends well
+/// before the lease bound was woken by the unlock.
+async fn quiet_client(url: &str, watchdog: Duration) -> Client {
+    Client::builder(url)
+        .watchdog_lease(watchdog)
+        .wake_patience(NO_PATIENCE)
+        .fair_waiter_timeout(Duration::from_secs(90))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// The lease modes of the matrix: the watchdog's, and a fixed lease of the
+/// same length.
+fn leases(watchdog: Duration) -> [Lease; 2] {
+    [Lease::Watchdog, Lease::Fixed(watchdog)]
+}
+
+/// Waits until some waiter listens on `server` (a channel is subscribed).
+async fn until_someone_listens(server: &RedisServer) {
+    assert!(
+        eventually(Duration::from_secs(5), || !server.pubsub_channels().is_empty()).await,
+        "the waiter never subscribed"
+    );
+}
+
+/// Nothing of `name` is left on `server` but its fencing counter and
+/// replay records, which expire by themselves (within seconds).
+async fn assert_nothing_left(server: &RedisServer, name: &str, what: &str) {
+    for record in server.keys("*:req:*") {
+        let ttl = server.cmd(&["PTTL", &record]).as_int().unwrap();
+        assert!(ttl > 0 || ttl == -2, "{what}: replay record {record} without a TTL");
+    }
+    let left = || {
+        let mut keys = server.keys("*");
+        keys.retain(|k| !k.ends_with(":token") && !k.contains(":req:"));
+        keys
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || left().is_empty()).await,
+        "{what}: keys of {name} left behind: {:?}",
+        left()
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || server.pubsub_channels().is_empty()).await,
+        "{what}: subscriptions left: {:?}",
+        server.pubsub_channels()
+    );
+}
+
+/// A healthy hold is not at risk, however it was granted; an unlock hands
+/// the name to a waiting rival through pub/sub (well before the lease
+/// bound), whose new hold is healthy too; nothing is left behind.
+async fn healthy_hold_and_handoff(k: K) {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(30);
+        let a = quiet_client(&server.url(), lease).await;
+        let b = quiet_client(&server.url(), lease).await;
+        for mode in leases(lease) {
+            let what = format!("{k:?} {mode:?}");
+            let name = "contract";
+            let held = take(&a, k, name, Duration::ZERO, mode).await.unwrap().expect("free");
+            assert!(!held.is_at_risk(), "{what}: a fresh hold is not at risk");
+            assert!(held.validity() > lease / 2, "{what}: validity {:?}", held.validity());
+            let rival = k.rival();
+            let b2 = b.clone();
+            let waiter = tokio::spawn(async move {
+                let got = take(&b2, rival, name, Duration::from_secs(10), mode).await;
+                (got, Instant::now())
+            });
+            until_someone_listens(&server).await;
+            let released = Instant::now();
+            held.release().await.unwrap();
+            let (got, at) = waiter.await.unwrap();
+            let got = got
+                .unwrap()
+                .unwrap_or_else(|| panic!("{what}: the waiter was not handed the name"));
+            assert!(
+                at - released < Duration::from_secs(5),
+                "{what}: woken {:?} after the unlock (the lease bound is 30 s)",
+                at - released
+            );
+            assert!(
+                !got.is_at_risk(),
+                "{what}: a hold handed over is not at risk (validity {:?})",
+                got.validity()
+            );
+            got.release().await.unwrap();
+            assert_nothing_left(&server, name, &what).await;
+        }
+    })
+    .await
+}
+
+/// A holder that stops answering (a crash, a pause, a partition: here its
+/// connection is stalled) keeps the name no longer than its lease while a
+/// rival waits; it is then told the hold was lost, and its release answers
+/// `NotHeld` without touching the rival's hold.
+async fn stalled_holder_frees_the_name_at_its_lease_end(k: K) {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        for mode in leases(lease) {
+            let what = format!("{k:?} {mode:?}");
+            let name = "contract";
+            let proxy = Proxy::start(server.port).await;
+            let holder_client = Client::builder(&proxy.url())
+                .watchdog_lease(lease)
+                .command_timeout(Duration::from_millis(300))
+                .build()
+                .await
+                .unwrap();
+            let rival_client = quiet_client(&server.url(), Duration::from_secs(30)).await;
+            let held = take(&holder_client, k, name, Duration::ZERO, mode)
+                .await
+                .unwrap()
+                .expect("free");
+            let stalled = Instant::now();
+            proxy.stall();
+            let got = take(&rival_client, k.rival(), name, Duration::from_secs(10), Lease::Watchdog)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{what}: a stalled holder kept the name past its lease"));
+            let waited = stalled.elapsed();
+            assert!(
+                waited >= lease - Duration::from_millis(100),
+                "{what}: the rival got in after {waited:?}, inside the holder's lease"
+            );
+            assert!(
+                waited < lease + Duration::from_secs(4),
+                "{what}: the rival waited {waited:?} for a {lease:?} lease"
+            );
+            // The holder learns it lost the hold: at the end of its
+            // validity, which ended before the rival got in.
+            assert!(held.is_lost(), "{what}: the stalled holder is told its hold is lost");
+            tokio::time::timeout(Duration::from_secs(1), held.lost())
+                .await
+                .expect("lost() resolves");
+            proxy.resume();
+            match held.release().await {
+                Err(Error::NotHeld { .. }) => {}
+                other => panic!("{what}: a lost hold's release answered {other:?}, not NotHeld"),
+            }
+            assert!(!got.is_lost(), "{what}: the rival's hold is untouched");
+            assert!(
+                !server.owners(name).is_empty(),
+                "{what}: the rival's hold is still on the server"
+            );
+            got.release().await.unwrap();
+            drop(holder_client);
+            drop(proxy);
+            assert_nothing_left(&server, name, &what).await;
+            server.flushall();
+        }
+    })
+    .await
+}
+
+/// FLUSHALL while held: the holder is told (its next renewal finds it
+/// gone) and its release is `NotHeld`; the next hold's token is above every
+/// token handed out before.
+async fn flushall_tells_the_holder_and_tokens_never_go_back(k: K) {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let c = quiet_client(&server.url(), lease).await;
+        let name = "contract";
+        let first = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
+            .await
+            .unwrap()
+            .expect("free");
+        let before = first.token();
+        server.flushall();
+        tokio::time::timeout(Duration::from_secs(3), first.lost())
+            .await
+            .unwrap_or_else(|_| panic!("{k:?}: a flushed hold is reported lost within a renewal"));
+        match first.release().await {
+            Err(Error::NotHeld { .. }) => {}
+            other => panic!("{k:?}: a flushed hold's release answered {other:?}"),
+        }
+        let next = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
+            .await
+            .unwrap()
+            .expect("free again");
+        if k.fenced() {
+            assert!(next.token() > before, "{k:?}: token {} after {before}", next.token());
+        }
+        next.release().await.unwrap();
+    })
+    .await
+}
+
+macro_rules! every_kind {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            use super::K;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn reentrant() { super::$check(K::Reentrant).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair() { super::$check(K::Fair).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn read() { super::$check(K::Read).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn write() { super::$check(K::Write).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn permit() { super::$check(K::Permit).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn multi() { super::$check(K::Multi).await }
+        }
+    )*};
+}
+
+every_kind!(
+    healthy_hold_and_handoff,
+    stalled_holder_frees_the_name_at_its_lease_end,
+    flushall_tells_the_holder_and_tokens_never_go_back,
+);
+
+/// One name is one kind: while one kind holds a name, every other kind's
+/// attempt is a typed error that names the kind found, and changes nothing
+/// of the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_name_is_one_kind_in_every_direction() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let b = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let name = "kinds";
+        let kinds = [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit];
+        for first in kinds {
+            let held = take(&a, first, name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let before = server.cmd(&["HGETALL", name]).strings();
+            for other in kinds {
+                let same_lock = matches!((first, other), (K::Read | K::Write, K::Read | K::Write));
+                if other == first || same_lock {
+                    continue;
+                }
+                for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                    match take(&b, other, name, wait, Lease::Watchdog).await {
+                        Err(Error::WrongKind { key, found }) => {
+                            assert_eq!(key, name);
+                            assert_eq!(found, first.found(), "{other:?} over {first:?}");
+                        }
+                        Ok(Some(_)) => panic!("{other:?} was granted over a held {first:?}"),
+                        other_reply => panic!("{other:?} over {first:?}: {other_reply:?}"),
+                    }
+                }
+                // The release by owner of a kind that does not hold the
+                // name is not held, and changes nothing.
+                if matches!(other, K::Reentrant | K::Fair) {
+                    let lock = if other == K::Fair {
+                        b.fair_lock(name).unwrap()
+                    } else {
+                        b.lock(name).unwrap()
+                    };
+                    assert!(lock.unlock().await.is_err(), "{other:?} unlock over {first:?}");
+                }
+                assert_eq!(
+                    server.cmd(&["HGETALL", name]).strings(),
+                    before,
+                    "{other:?} changed {first:?}'s hash"
+                );
+            }
+            assert!(!held.is_lost());
+            held.release().await.unwrap();
+            assert_eq!(server.cmd(&["EXISTS", name]).as_int(), Some(0), "{first:?} released");
+        }
+    })
+    .await
+}
+
+/// A hash under a lock's name that some other program wrote is never
+/// written by any kind: each reports it as a wrong type, a waiting attempt
+/// included, and `force_unlock` leaves it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_that_is_not_a_lock_is_never_written() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let name = "h";
+        server.cmd(&["HSET", name, "owner", "someone", "count", "1"]);
+        let before = server.cmd(&["HGETALL", name]).strings();
+        for k in KINDS {
+            for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                match take(&c, k, name, wait, Lease::Watchdog).await {
+                    Err(Error::WrongType { key, found }) => {
+                        assert_eq!(key, name, "{k:?}");
+                        assert!(found.contains("did not write"), "{k:?}: {found}");
+                    }
+                    other => panic!("{k:?} on a foreign hash: {other:?}"),
+                }
+            }
+            assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "{k:?} wrote into it");
+        }
+        assert!(matches!(
+            c.lock(name).unwrap().force_unlock().await,
+            Err(Error::WrongType { .. })
+        ));
+        assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "force_unlock");
+        assert_eq!(server.cmd(&["TTL", name]).as_int(), Some(-1), "no TTL was set");
+    })
+    .await
+}
