@@ -252,7 +252,12 @@ impl LockGuard {
     }
 
     /// Releases this level of the lock; the last level frees it and wakes a
-    /// waiter.
+    /// waiter. `Ok` means the release was applied on every master that
+    /// granted the hold and answered within its command timeout (over a
+    /// quorum: on a majority at least, and on each granting master that
+    /// answered); a granting master that did not answer gets the release
+    /// again in the background, and its copy of the hold ends with its
+    /// lease at the latest.
     ///
     /// # Errors
     ///

@@ -664,9 +664,11 @@ pub(crate) enum Released {
 }
 
 /// Releases one level on every master (per-master tokens as
-/// [`Node::release`]). Returns once the outcome is known on a majority;
-/// masters still answering finish in the background, and those whose
-/// outcome is unknown get the same request again there.
+/// [`Node::release`]). Returns once the outcome is known on a majority and
+/// every master the hold is known on (a token in `tokens`) has answered or
+/// failed (each within its command timeout); other masters still answering
+/// finish in the background, and those whose outcome is unknown get the
+/// same request again there.
 pub(crate) async fn release<M: NodeOps>(
     members: &[Arc<M>],
     keys: &Arc<LockKeys>,
@@ -689,13 +691,20 @@ pub(crate) async fn release<M: NodeOps>(
                 let spawner = m.spawner().clone();
                 spawner.spawn(resend_release(m, keys, owner, token, relet, request, give_up));
             }
-            r
+            (token.is_some(), r)
         }
     }));
     let (mut done, mut not_held) = (0, 0);
     let mut errors = Vec::new();
-    while done + not_held < need && errors.len() <= n - need {
-        let Some(r) = replies.next().await else { break };
+    // Every master the hold is known on answers (or fails, within its
+    // command timeout) before the release returns: `Ok` means released
+    // wherever the hold was granted, not only on a majority.
+    let mut held_left = tokens.iter().take(n).filter(|t| t.is_some()).count();
+    while (done + not_held < need || held_left > 0) && errors.len() <= n - need {
+        let Some((held, r)) = replies.next().await else { break };
+        if held {
+            held_left -= 1;
+        }
         match r {
             Ok(ReleaseReply::Released | ReleaseReply::StillHeld(_)) => done += 1,
             Ok(ReleaseReply::NotHeld) => not_held += 1,

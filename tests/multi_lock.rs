@@ -271,3 +271,39 @@ async fn the_watchdog_keeps_every_name_and_a_loss_shows() {
     })
     .await
 }
+
+/// The multi-lock waits as `Lock::try_lock` does: a server that stops
+/// answering for a while during the wait is retried within it, and every
+/// wait is checked (above the 30-day maximum: an error, never a panic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blip_during_the_wait_is_retried_within_it() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let c = lockwarden::Client::builder(&server.url())
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let m = c.multi_lock(&["blip-a", "blip-b"]).unwrap();
+        for wait in [Duration::MAX, Duration::from_secs(31 * 24 * 3600)] {
+            assert!(
+                matches!(
+                    m.try_lock(wait, Duration::from_secs(5)).await,
+                    Err(lockwarden::Error::InvalidDuration { what: "wait", .. })
+                ),
+                "{wait:?}"
+            );
+        }
+        server.pause();
+        let (got, ()) = tokio::join!(m.try_lock(Duration::from_secs(10), Duration::from_secs(5)), async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            server.resume();
+        });
+        let g = got
+            .expect("a pause shorter than the wait is retried, not an error")
+            .expect("both locks are free once the server answers");
+        assert_eq!(g.guards().len(), 2);
+        g.unlock().await.unwrap();
+    })
+    .await
+}

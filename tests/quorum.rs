@@ -647,3 +647,41 @@ async fn a_duplicate_master_that_comes_up_later_never_counts_twice() {
     })
     .await
 }
+
+/// An unlock that returns `Ok` has released the lock on every master that
+/// granted it and answers, not only on a majority: here master 2 is held
+/// by someone else (it answers "not held" at once), master 3 is slow to
+/// answer the release, and master 1 answers at once; a majority is known
+/// before master 3 has applied the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unlock_returns_after_every_granting_master_released() {
+    bounded(Duration::from_secs(60), async {
+        let servers = masters(3);
+        let c = quorum(&servers, Duration::from_millis(500)).await;
+        servers[1].cmd(&["HSET", "slow", "someone:1", "1", ":kind", "reentrant"]);
+        servers[1].cmd(&["PEXPIRE", "slow", "60000"]);
+        let lock = c.lock("slow").unwrap();
+        for round in 0..5 {
+            let g = lock
+                .try_lock(Duration::from_millis(500), Duration::from_secs(5))
+                .await
+                .unwrap()
+                .expect("two of three masters grant");
+            assert_eq!(servers[0].cmd(&["EXISTS", "slow"]).as_int(), Some(1));
+            assert_eq!(servers[2].cmd(&["EXISTS", "slow"]).as_int(), Some(1));
+            // Master 3 holds every script call (it may write) for 150 ms
+            // from now; reads, such as the checks below, are answered.
+            servers[2].cmd(&["CLIENT", "PAUSE", "150", "WRITE"]);
+            g.unlock().await.unwrap();
+            for (i, s) in [(1, &servers[0]), (3, &servers[2])] {
+                assert_eq!(
+                    s.cmd(&["EXISTS", "slow"]).as_int(),
+                    Some(0),
+                    "round {round}: unlock returned Ok while master {i} still held the lock"
+                );
+            }
+            assert_eq!(servers[1].owners("slow").len(), 1, "the other holder is untouched");
+        }
+    })
+    .await
+}
