@@ -818,3 +818,49 @@ fn permit_runs_are_at_most_n_at_once_and_multi_name_runs_take_all() {
     assert_eq!(code(&run(c, Duration::from_secs(30))), 64);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `run --fair` with ten waiters queued behind a holder runs every
+/// waiter's command, in the order they queued: a lock handed straight to
+/// the next waiter (on a first lease cut to its queue deadline, 5 s by
+/// default) is healthy, not at risk, and its command is not stopped.
+#[test]
+fn fair_runs_with_ten_waiters_run_every_command_in_order() {
+    let server = RedisServer::start();
+    let dir = tempdir("fair-order");
+    let order = dir.join("order");
+    let mut holder = cli(&server);
+    holder.args(["run", "job", "--fair", "--", "sleep", "1"]);
+    let holder = holder.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(eventually_sync(Duration::from_secs(10), || server
+        .cmd(&["EXISTS", "job"])
+        .as_int()
+        == Some(1)));
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        let mut c = cli(&server);
+        let script = format!("echo {i} >> {}; sleep 0.3", order.display());
+        c.args(["run", "job", "--fair", "--wait", "60s", "--", "sh", "-c", &script]);
+        waiters.push(c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+        // Queued before the next one starts: the order is known.
+        assert!(
+            eventually_sync(Duration::from_secs(10), || {
+                server.cmd(&["LLEN", "lockwarden:{job}:queue"]).as_int() == Some(i + 1)
+            }),
+            "waiter {i} did not queue"
+        );
+    }
+    let o = wait(holder, Duration::from_secs(30));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for (i, child) in waiters.into_iter().enumerate() {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "waiter {i}: {}", stderr(&o));
+    }
+    let ran: Vec<String> = std::fs::read_to_string(&order)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let want: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    assert_eq!(ran, want, "every command ran, in queue order");
+    let _ = std::fs::remove_dir_all(&dir);
+}
