@@ -71,9 +71,11 @@ impl Policy for WriteWait {
         bound.min(self.refresh)
     }
 
-    /// Taking the lock removed the mark.
-    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
-        self.armed = false;
+    /// Taking the lock removed the mark where it was granted; a master of
+    /// a quorum that did not grant may still have it (refused by the last
+    /// attempt there), and it goes in the background when the wait ends.
+    fn on_grant(&mut self, _t: Target<'_>, grant: &Grant) {
+        self.armed = self.armed && grant.node_tokens.iter().any(Option::is_none);
     }
 
     fn give_up(&mut self) -> impl Future<Output = ()> + Send {
