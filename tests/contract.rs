@@ -222,16 +222,14 @@ async fn quiet_client_of(setup: &Setup, watchdog: Duration) -> Client {
     quiet(setup.builder(), watchdog).await
 }
 
-fn quiet(builder: ClientBuilder, watchdog: Duration) -> impl std::future::Future<Output = Client> {
-    async move {
-        builder
-            .watchdog_lease(watchdog)
-            .wake_patience(NO_PATIENCE)
-            .fair_waiter_timeout(Duration::from_secs(12))
-            .build()
-            .await
-            .expect("connect")
-    }
+async fn quiet(builder: ClientBuilder, watchdog: Duration) -> Client {
+    builder
+        .watchdog_lease(watchdog)
+        .wake_patience(NO_PATIENCE)
+        .fair_waiter_timeout(Duration::from_secs(12))
+        .build()
+        .await
+        .expect("connect")
 }
 
 /// A client whose waiters wake only for a message or at the holder's lease
