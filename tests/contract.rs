@@ -411,36 +411,88 @@ async fn stalled_holder_frees_the_name_at_its_lease_end(k: K) {
     .await
 }
 
-/// FLUSHALL while held: the holder is told (its next renewal finds it
+/// The server loses its data while a hold stands (FLUSHALL; a restart
+/// without persistence): the holder is told (its next renewal finds it
 /// gone) and its release is `NotHeld`; the next hold's token is above every
 /// token handed out before.
-async fn flushall_tells_the_holder_and_tokens_never_go_back(k: K) {
+async fn lost_data_tells_the_holder_and_tokens_never_go_back(k: K) {
+    bounded(BOUND, async {
+        let mut server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let c = quiet_client(&server.url(), lease).await;
+        let name = "contract";
+        for fault in ["flushall", "restart"] {
+            let first = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let before = first.token();
+            match fault {
+                "flushall" => server.flushall(),
+                _ => server.restart(),
+            }
+            tokio::time::timeout(Duration::from_secs(5), first.lost())
+                .await
+                .unwrap_or_else(|_| panic!("{k:?} {fault}: the hold is reported lost within its lease"));
+            match first.release().await {
+                Err(Error::NotHeld { .. }) => {}
+                other => panic!("{k:?} {fault}: the lost hold's release answered {other:?}"),
+            }
+            let next = take(&c, k, name, Duration::from_secs(5), Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free again");
+            if k.fenced() {
+                assert!(
+                    next.token() > before,
+                    "{k:?} {fault}: token {} after {before}",
+                    next.token()
+                );
+            }
+            next.release().await.unwrap();
+        }
+    })
+    .await
+}
+
+/// Connections killed while a hold stands: the client reconnects, the
+/// watchdog's renewals keep the hold (never reported lost while renewals
+/// get through), a rival stays out, and the release works.
+async fn killed_connections_keep_the_hold(k: K) {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let lease = Duration::from_millis(1500);
         let c = quiet_client(&server.url(), lease).await;
+        let rival = quiet_client(&server.url(), lease).await;
         let name = "contract";
-        let first = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
+        let held = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
             .await
             .unwrap()
             .expect("free");
-        let before = first.token();
-        server.flushall();
-        tokio::time::timeout(Duration::from_secs(3), first.lost())
-            .await
-            .unwrap_or_else(|_| panic!("{k:?}: a flushed hold is reported lost within a renewal"));
-        match first.release().await {
-            Err(Error::NotHeld { .. }) => {}
-            other => panic!("{k:?}: a flushed hold's release answered {other:?}"),
+        let until = Instant::now() + lease * 2;
+        while Instant::now() < until {
+            server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+            server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+            // Longer than a renewal period apart: renewals get through
+            // between the kills.
+            tokio::time::sleep(lease / 2).await;
         }
-        let next = take(&c, k, name, Duration::ZERO, Lease::Watchdog)
-            .await
-            .unwrap()
-            .expect("free again");
-        if k.fenced() {
-            assert!(next.token() > before, "{k:?}: token {} after {before}", next.token());
-        }
-        next.release().await.unwrap();
+        assert!(!held.is_lost(), "{k:?}: a hold whose renewals get through is not lost");
+        assert!(
+            take(&rival, k.rival(), name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .is_none(),
+            "{k:?}: a rival got in past a hold that was kept"
+        );
+        held.release().await.unwrap();
+        assert!(
+            take(&rival, k.rival(), name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .is_some(),
+            "{k:?}: free after the release"
+        );
     })
     .await
 }
@@ -468,7 +520,8 @@ macro_rules! every_kind {
 every_kind!(
     healthy_hold_and_handoff,
     stalled_holder_frees_the_name_at_its_lease_end,
-    flushall_tells_the_holder_and_tokens_never_go_back,
+    lost_data_tells_the_holder_and_tokens_never_go_back,
+    killed_connections_keep_the_hold,
 );
 
 /// One name is one kind: while one kind holds a name, every other kind's
@@ -556,6 +609,119 @@ async fn a_key_that_is_not_a_lock_is_never_written() {
         ));
         assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "force_unlock");
         assert_eq!(server.cmd(&["TTL", name]).as_int(), Some(-1), "no TTL was set");
+    })
+    .await
+}
+
+/// One hold's time, as its holder was told: from the grant to the start of
+/// its release, cut at the end of the validity it was given.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    write: bool,
+    from: Instant,
+    to: Instant,
+}
+
+/// Several readers and writers (or permit holders) take and give back one
+/// name for a few seconds while the server's connections are killed and
+/// the server is paused now and then. Returns every hold's span.
+async fn contend_under_faults(server: &RedisServer, kinds: &[K], permits: u32) -> Vec<Span> {
+    let spans = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let stop = Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    for (i, &k) in kinds.iter().enumerate() {
+        let c = Client::builder(&server.url())
+            .watchdog_lease(Duration::from_millis(1500))
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let spans = spans.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease = if i % 2 == 0 {
+                Lease::Watchdog
+            } else {
+                Lease::Fixed(Duration::from_millis(800))
+            };
+            while Instant::now() < stop {
+                let got = match k {
+                    K::Permit => c
+                        .semaphore("faults", permits)
+                        .unwrap()
+                        .try_acquire(Duration::from_millis(500), lease)
+                        .await
+                        .map(|p| p.map(Held::P)),
+                    k => take(&c, k, "faults", Duration::from_millis(500), lease).await,
+                };
+                let Ok(Some(held)) = got else { continue };
+                let from = Instant::now();
+                let valid_until = from + held.validity();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let to = Instant::now().min(valid_until);
+                spans.lock().push(Span {
+                    write: k == K::Write,
+                    from,
+                    to,
+                });
+                let _ = held.release().await;
+            }
+        }));
+    }
+    let mut n = 0;
+    while Instant::now() < stop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        n += 1;
+        if n % 3 == 0 {
+            server.pause();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            server.resume();
+        } else {
+            server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let spans = spans.lock().clone();
+    spans
+}
+
+/// The read-write lock under faults (killed connections, a paused
+/// server): never two writers, never a writer with a reader, within the
+/// validity each holder was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_and_writers_never_overlap_under_faults() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let kinds = [K::Write, K::Write, K::Write, K::Read, K::Read, K::Read];
+        let spans = contend_under_faults(&server, &kinds, 0).await;
+        let writes = spans.iter().filter(|s| s.write).count();
+        assert!(
+            writes > 3 && spans.len() > writes,
+            "too few holds to mean anything: {spans:?}"
+        );
+        for (i, a) in spans.iter().enumerate() {
+            for b in &spans[i + 1..] {
+                let overlap = a.from < b.to && b.from < a.to;
+                assert!(!(overlap && (a.write || b.write)), "overlapping holds: {a:?} and {b:?}");
+            }
+        }
+    })
+    .await
+}
+
+/// The semaphore under faults: never more permits held than its number,
+/// within the validity each holder was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_semaphore_never_grants_more_than_its_permits_under_faults() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let spans = contend_under_faults(&server, &[K::Permit; 6], 2).await;
+        assert!(spans.len() > 6, "too few holds to mean anything: {spans:?}");
+        for s in &spans {
+            let at_once = spans.iter().filter(|o| o.from <= s.from && s.from < o.to).count();
+            assert!(at_once <= 2, "{at_once} permits of 2 held at {s:?}");
+        }
     })
     .await
 }
