@@ -864,3 +864,61 @@ fn fair_runs_with_ten_waiters_run_every_command_in_order() {
     assert_eq!(ran, want, "every command ran, in queue order");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The contract matrix through the command: with each mode of `run` (a
+/// plain lock, `--fair`, `--shared` behind `--exclusive`, `--exclusive`,
+/// `--permits 1`, several names), a holder and three waiters: every
+/// waiter's command runs, once, alone, and every run exits 0.
+#[test]
+fn run_in_every_mode_runs_every_waiters_command() {
+    let server = RedisServer::start();
+    let modes: [(&str, &[&str], &[&str]); 6] = [
+        ("plain", &["m-plain"], &[]),
+        ("fair", &["m-fair"], &["--fair"]),
+        ("shared", &["m-rw"], &["--shared"]),
+        ("exclusive", &["m-rw2"], &["--exclusive"]),
+        ("permits", &["m-sem"], &["--permits", "1"]),
+        ("names", &["m-a", "m-b"], &[]),
+    ];
+    for (mode, names, flags) in modes {
+        let dir = tempdir(&format!("mode-{mode}"));
+        let d = dir.display();
+        let script = format!(
+            "if [ -e {d}/in ]; then echo overlap >> {d}/bad; fi; touch {d}/in; sleep 0.2; rm {d}/in; echo x >> {d}/ran"
+        );
+        let spawn = |holder_flags: &[&str], wait: bool| {
+            let mut c = cli(&server);
+            c.arg("run").args(names).args(holder_flags);
+            if wait {
+                c.args(["--wait", "30s"]);
+            }
+            c.args(["--", "sh", "-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        // Readers share: the holder of the shared mode is a writer, so the
+        // waiting readers wait for it (and then run together).
+        let holder_flags: &[&str] = if mode == "shared" { &["--exclusive"] } else { flags };
+        let holder = spawn(holder_flags, false);
+        assert!(
+            eventually_sync(Duration::from_secs(10), || dir.join("in").exists()
+                || dir.join("ran").exists()),
+            "{mode}: the holder's command did not start"
+        );
+        let waiters: Vec<Child> = (0..3).map(|_| spawn(flags, true)).collect();
+        let o = wait(holder, Duration::from_secs(30));
+        assert_eq!(code(&o), 0, "{mode} holder: {}", stderr(&o));
+        for (i, w) in waiters.into_iter().enumerate() {
+            let o = wait(w, Duration::from_secs(60));
+            assert_eq!(code(&o), 0, "{mode} waiter {i}: {}", stderr(&o));
+        }
+        let ran = std::fs::read_to_string(dir.join("ran")).unwrap().lines().count();
+        assert_eq!(ran, 4, "{mode}: every command ran once");
+        if mode != "shared" {
+            assert!(!dir.join("bad").exists(), "{mode}: two commands ran at once");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
