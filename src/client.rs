@@ -22,7 +22,10 @@ use crate::tls::TlsSettings;
 use crate::watchdog::Holds;
 
 /// Builds a [`Client`]; see [`Client::builder`].
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows each master's URL without credentials (see
+/// [`redact_url`]) and whether TLS material was given, never the material.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `build().await` is called"]
 pub struct ClientBuilder {
     /// Each master's URL (without its password) and its parsed configuration.
@@ -39,6 +42,22 @@ pub struct ClientBuilder {
     wake_patience: Duration,
     min_replicas: Option<(u32, Duration)>,
     min_aof: Option<crate::node::AofConfirm>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masters: Vec<&str> = self.configs.iter().map(|(url, _)| url.as_str()).collect();
+        f.debug_struct("ClientBuilder")
+            .field("masters", &masters)
+            .field("prefix", &self.prefix)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls_ca", &self.tls.ca_pem.is_some())
+            .field("tls_client_cert", &self.tls.client_pem.is_some())
+            .field("min_replicas_acked", &self.min_replicas)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -642,23 +661,86 @@ const SCHEMES: &[&str] = &[
     "valkeys-sentinel",
 ];
 
-/// The URL without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
-        _ => url.to_string(),
-    }
+/// `url` with its credentials replaced by `***`, fit for messages and logs:
+/// the user and password before the host (`redis://user:secret@host` gives
+/// `redis://***@host`) and the value of every query parameter that names a
+/// user or a password (`sentinelUsername`, `sentinelPassword`, ...). Every
+/// message, log line and `Debug` output of lockwarden shows URLs this way.
+///
+/// A password written without percent-encoding may hold `/`, `?` or `@`;
+/// the URL is then cut at its last `@` and everything before it is hidden,
+/// so nothing of the password shows.
+///
+/// ```
+/// assert_eq!(
+///     lockwarden::redact_url("redis://app:s3cret@10.0.0.5:6379/0"),
+///     "redis://***@10.0.0.5:6379/0"
+/// );
+/// assert_eq!(
+///     lockwarden::redact_url("redis-sentinel://h:26379/0?sentinelServiceName=m&sentinelPassword=pw"),
+///     "redis-sentinel://h:26379/0?sentinelServiceName=m&sentinelPassword=***"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // Not a URL: nothing can be told apart from a secret.
+        return if url.contains('@') || url.contains('=') {
+            "***".to_string()
+        } else {
+            url.to_string()
+        };
+    };
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let (before_query, query) = rest.split_at(query_at);
+    // An '@' after the first '?' means the '?' was part of the password,
+    // or a query value holds an '@': hide everything up to the last '@'.
+    let (authority_and_path, query) = if query.contains('@') {
+        let at = rest.rfind('@').unwrap_or(0);
+        let tail = &rest[at..];
+        let q = tail.find('?').unwrap_or(tail.len());
+        return format!("{scheme}://***{}{}", &tail[..q], redact_query(&tail[q..]));
+    } else {
+        (before_query, query)
+    };
+    let shown = match authority_and_path.rfind('@') {
+        Some(at) => format!("***{}", &authority_and_path[at..]),
+        None => authority_and_path.to_string(),
+    };
+    format!("{scheme}://{shown}{}", redact_query(query))
+}
+
+/// A query string (from its `?`) with the values of parameters that name a
+/// user or a password replaced by `***`.
+fn redact_query(query: &str) -> String {
+    let Some(params) = query.strip_prefix('?') else {
+        return query.to_string();
+    };
+    let params: Vec<String> = params
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if is_credential(k) => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("?{}", params.join("&"))
+}
+
+fn is_credential(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("pass") || k.contains("user") || k.contains("token") || k.contains("secret")
 }
 
 fn parse_url(url: &str) -> std::result::Result<Config, String> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     if !scheme.is_some_and(|s| SCHEMES.contains(&s)) {
         return Err(format!(
-            "redis url {url:?}: the scheme must be one of {}",
+            "redis url {:?}: the scheme must be one of {}",
+            redact_url(url),
             SCHEMES.join(", ")
         ));
     }
-    Config::from_url(url).map_err(|e| format!("redis url {url:?}: {}", e.details()))
+    let shown = redact_url(url);
+    Config::from_url(url).map_err(|e| format!("redis url {shown:?}: {}", e.details()))
 }
 
 /// A connection to one Redis deployment, shared by all its locks.
@@ -688,7 +770,7 @@ impl Client {
     /// `rediss://`, `redis-sentinel://...`; see fred's `Config::from_url`).
     /// The URL is checked by [`ClientBuilder::build`].
     pub fn builder(url: &str) -> ClientBuilder {
-        Self::builder_from_configs(vec![(redacted(url), parse_url(url))])
+        Self::builder_from_configs(vec![(redact_url(url), parse_url(url))])
     }
 
     /// A builder for a client of a quorum of independent masters (no
@@ -727,7 +809,7 @@ impl Client {
     {
         Self::builder_from_configs(
             urls.into_iter()
-                .map(|u| (redacted(u.as_ref()), parse_url(u.as_ref())))
+                .map(|u| (redact_url(u.as_ref()), parse_url(u.as_ref())))
                 .collect(),
         )
     }
@@ -861,8 +943,10 @@ impl Client {
     }
 
     /// Snapshots of every lock under this client's key prefix whose name
-    /// matches the Redis-style glob `pattern` (`*`, `?`), found through their
-    /// fencing-token keys (every lock ever taken has one). `SCAN` runs on the
+    /// matches the Redis-style glob `pattern` (`*`, `?`), of every kind:
+    /// found through their fencing-token keys (every lock whose write side
+    /// was ever taken has one) and through the lock hashes held now (read
+    /// holds and semaphores, which take no token). `SCAN` runs on the
     /// server (Standalone, Sentinel's master), on every primary of a
     /// cluster, and on every master of a quorum (a majority must answer;
     /// each lock's status is then the quorum's view, as
@@ -880,33 +964,67 @@ impl Client {
     pub async fn locks(&self, pattern: &str) -> Result<Vec<crate::status::LockStatus>> {
         let prefix = &self.inner.settings.prefix;
         let token_keys = format!("{}:*:token", crate::keys::NAMESPACE);
-        let scans = futures::future::join_all(self.inner.members.iter().map(|m| m.node.scan(&token_keys))).await;
+        // The prefix's own glob characters are escaped: only the name is a
+        // pattern.
+        let mut hashes = String::new();
+        for c in prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                hashes.push('\\');
+            }
+            hashes.push(c);
+        }
+        hashes.push('*');
+        let scans = futures::future::join_all(self.inner.members.iter().map(|m| async {
+            let tokens = m.node.scan(&token_keys, None).await?;
+            let held = m.node.scan(&hashes, Some("hash")).await?;
+            Ok::<_, Error>((tokens, held))
+        }))
+        .await;
         let n = scans.len();
-        let mut keys = Vec::new();
+        let (mut tokens, mut held) = (Vec::new(), Vec::new());
         let mut errors = Vec::new();
         for r in scans {
             match r {
-                Ok(k) => keys.extend(k),
+                Ok((t, h)) => {
+                    tokens.extend(t);
+                    held.extend(h);
+                }
                 Err(e) => errors.push(e),
             }
         }
         if n - errors.len() < crate::quorum::majority(n) {
             return Err(crate::quorum::quorum_error("list", n, n - errors.len(), errors));
         }
-        let mut names: Vec<String> = keys
+        let of_prefix = |key: &str| key.strip_prefix(prefix.as_str()).map(str::to_string);
+        let matching = |name: &String| crate::status::glob_match(pattern, name);
+        let mut names: Vec<(String, bool)> = tokens
             .iter()
             .filter_map(|k| crate::keys::lock_key_of_token(k))
-            .filter_map(|key| key.strip_prefix(prefix.as_str()).map(str::to_string))
-            .filter(|name| crate::status::glob_match(pattern, name))
+            .filter_map(|key| of_prefix(&key))
+            .filter(matching)
+            .map(|name| (name, true))
             .collect();
+        // A hash is listed only when it is a lockwarden lock's (`:kind`).
+        names.extend(
+            held.iter()
+                .filter_map(|key| of_prefix(key))
+                .filter(matching)
+                .map(|name| (name, false)),
+        );
         names.sort();
-        names.dedup();
+        names.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 |= b.1;
+            }
+            same
+        });
         let mut out = Vec::with_capacity(names.len());
-        for name in names {
+        for (name, ever_taken) in names {
             match self.lock(&name) {
                 Ok(lock) => match lock.status().await {
-                    Ok(s) => out.push(s),
-                    Err(Error::WrongType { .. }) => {}
+                    Ok(s) if ever_taken || s.kind.is_some() => out.push(s),
+                    Ok(_) | Err(Error::WrongType { .. }) => {}
                     Err(e) => return Err(e),
                 },
                 Err(_) => continue,

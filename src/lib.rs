@@ -138,7 +138,7 @@ mod tls;
 mod wait;
 mod watchdog;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{redact_url, Client, ClientBuilder};
 pub use error::{Error, RedisErrorKind, Result};
 /// The Redis client lockwarden is built on, re-exported: its types appear in
 /// [`Client::redis`], [`Client::masters`] and [`Client::builder_from_config`].
@@ -158,5 +158,5 @@ pub use settings::{
     DEFAULT_RETRY_TRANSIENT_FOR, DEFAULT_WAKE_PATIENCE, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE,
     MIN_WATCHDOG_LEASE,
 };
-pub use status::LockStatus;
+pub use status::{LockKind, LockStatus};
 pub use watchdog::LossReason;

@@ -780,31 +780,42 @@ impl Node {
     }
 
     /// The keys matching `pattern` (SCAN; in a cluster, on every primary).
-    pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+    /// The keys matching `pattern` (and of type `of`, when given).
+    pub(crate) async fn scan(&self, pattern: &str, of: Option<&'static str>) -> Result<Vec<String>> {
         let mut out = Vec::new();
         if self.client.is_clustered() {
             // One connection per primary; a node's SCAN covers its slots only.
             for server in self.client.active_connections() {
-                self.scan_on(&self.client.with_cluster_node(server), pattern, &mut out)
+                self.scan_on(&self.client.with_cluster_node(server), pattern, of, &mut out)
                     .await?;
             }
         } else {
-            self.scan_on(&self.client, pattern, &mut out).await?;
+            self.scan_on(&self.client, pattern, of, &mut out).await?;
         }
         Ok(out)
     }
 
-    async fn scan_on(&self, on: &impl ClientLike, pattern: &str, out: &mut Vec<String>) -> Result<()> {
+    async fn scan_on(
+        &self,
+        on: &impl ClientLike,
+        pattern: &str,
+        of: Option<&'static str>,
+        out: &mut Vec<String>,
+    ) -> Result<()> {
         let mut cursor = "0".to_string();
         loop {
             let cmd = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
-            let args: Vec<Value> = vec![
+            let mut args: Vec<Value> = vec![
                 cursor.as_str().into(),
                 "MATCH".into(),
                 pattern.into(),
                 "COUNT".into(),
                 1000.into(),
             ];
+            if let Some(of) = of {
+                args.push("TYPE".into());
+                args.push(of.into());
+            }
             let reply: (String, Vec<String>) = on
                 .custom(cmd, args)
                 .await

@@ -27,6 +27,48 @@ pub struct LockStatus {
     pub last_token: Option<u64>,
     /// Fair lock: waiting owner fields, next in line first.
     pub queue: Vec<String>,
+    /// The kind of lock that holds the name (`None` while nobody does: a
+    /// free name has no kind).
+    pub kind: Option<LockKind>,
+}
+
+/// The kind of lock a name is held as (see [`LockStatus::kind`]); one name
+/// is one kind while it is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// [`Client::lock`](crate::Client::lock) (and a multi-lock's names).
+    Reentrant,
+    /// [`Client::fair_lock`](crate::Client::fair_lock).
+    Fair,
+    /// [`Client::rw_lock`](crate::Client::rw_lock).
+    ReadWrite,
+    /// [`Client::semaphore`](crate::Client::semaphore).
+    Semaphore,
+}
+
+impl LockKind {
+    /// What the kind is called in messages: "lock", "fair lock",
+    /// "read-write lock", "semaphore".
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Reentrant => "lock",
+            LockKind::Fair => "fair lock",
+            LockKind::ReadWrite => "read-write lock",
+            LockKind::Semaphore => "semaphore",
+        }
+    }
+
+    /// The kind a lock hash's `:kind` field names.
+    fn from_field(v: &str) -> Option<LockKind> {
+        Some(match v {
+            "reentrant" => LockKind::Reentrant,
+            "fair" => LockKind::Fair,
+            "rw" => LockKind::ReadWrite,
+            "semaphore" => LockKind::Semaphore,
+            _ => return None,
+        })
+    }
 }
 
 impl LockStatus {
@@ -64,6 +106,10 @@ impl LockStatus {
             .filter(|p| !p[0].starts_with(':'))
             .filter_map(|p| Some((p[0].clone(), p.get(1)?.parse().ok()?)))
             .collect::<Vec<_>>();
+        let kind = flat
+            .chunks(2)
+            .find(|p| p[0] == ":kind")
+            .and_then(|p| LockKind::from_field(p.get(1)?));
         let pttl = pttl.as_i64().unwrap_or(-2);
         Ok(LockStatus {
             name: name.to_string(),
@@ -73,6 +119,7 @@ impl LockStatus {
             remaining_lease: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
             last_token: token.as_u64(),
             queue: strings(queue),
+            kind,
         })
     }
 }

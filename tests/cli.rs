@@ -764,24 +764,52 @@ fn permit_runs_are_at_most_n_at_once_and_multi_name_runs_take_all() {
         .filter_map(|l| l.trim().parse().ok())
         .collect();
     assert_eq!(seen.len(), 5);
-    // While a permit run holds one, `status` lists it as a permit.
+    // While a permit run and a shared run hold, `status` calls the first a
+    // semaphore and shows its permit id exactly as the command got it in
+    // LOCKWARDEN_PERMIT, and `list` shows both (neither takes a token).
+    let id_file = dir.join("permit-id");
     let mut holder = cli(&server);
     let holder = holder
-        .args(["run", "pool", "--permits", "2", "--", "sleep", "2"])
+        .args(["run", "pool", "--permits", "2", "--", "sh", "-c"])
+        .arg(format!("echo \"$LOCKWARDEN_PERMIT\" > {}; sleep 3", id_file.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(eventually_sync(Duration::from_secs(10), || server
-        .cmd(&["EXISTS", "pool"])
-        .as_int()
-        == Some(1)));
+    let mut reader = cli(&server);
+    let reader = reader
+        .args(["run", "docs2", "--shared", "--", "sleep", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually_sync(Duration::from_secs(10), || std::fs::read_to_string(
+        &id_file
+    )
+    .is_ok_and(|s| s.ends_with('\n'))
+        && server.cmd(&["EXISTS", "docs2"]).as_int() == Some(1)));
+    let id = std::fs::read_to_string(&id_file).unwrap().trim().to_string();
     let mut c = cli(&server);
     c.args(["status", "pool"]);
     let o = run(c, Duration::from_secs(30));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("permit ") && out.contains("(1 permits in use)"), "{out}");
+    assert!(out.starts_with("semaphore \"pool\""), "{out}");
+    assert!(out.contains(&format!("permit {id} (1 permit)")), "{id}: {out}");
+    let mut c = cli(&server);
+    c.args(["list", "--json"]);
+    let o = run(c, Duration::from_secs(30));
+    let listed = json_lines(&o);
+    let kind_of = |name: &str| {
+        listed
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"))["kind"]
+            .clone()
+    };
+    assert_eq!(kind_of("pool"), "semaphore");
+    assert_eq!(kind_of("docs2"), "read-write lock");
     assert_eq!(code(&wait(holder, Duration::from_secs(30))), 0);
+    assert_eq!(code(&wait(reader, Duration::from_secs(30))), 0);
     assert_eq!(seen.iter().max(), Some(&2), "two at once, never three: {seen:?}");
     assert!(!dir.join("bad").exists(), "LOCKWARDEN_PERMIT set");
 
@@ -921,4 +949,61 @@ fn run_in_every_mode_runs_every_waiters_command() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// A run whose lock was taken from it while the command ran (here
+/// force-unlocked, which no renewal notices before the command ends) exits
+/// 70 with a "lost" line, whatever the command returned: a script can tell
+/// it ran unprotected.
+#[test]
+fn a_run_whose_lock_was_lost_exits_70_even_when_the_command_succeeded() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    let child = c
+        .args(["run", "held1", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually_sync(Duration::from_secs(10), || server
+        .cmd(&["EXISTS", "held1"])
+        .as_int()
+        == Some(1)));
+    let mut unlock = cli(&server);
+    unlock.args(["unlock", "held1", "--force"]);
+    assert_eq!(code(&run(unlock, T)), 0);
+    let o = wait(child, T);
+    assert_eq!(code(&o), 70, "{}", stderr(&o));
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+}
+
+/// The command never prints a password given in `--redis`, in its error
+/// lines or its logs (`-vv`).
+#[test]
+fn passwords_are_never_printed() {
+    let server = RedisServer::start_with(&["--requirepass", "right-one"]);
+    for args in [
+        vec!["run", "p", "--", "true"],
+        vec!["-vv", "run", "p", "--", "true"],
+        vec!["status", "p"],
+        vec!["list"],
+    ] {
+        let mut c = Command::new(BIN);
+        c.env_remove("LOCKWARDEN_REDIS")
+            .args(["--redis", &format!("redis://app:s3cretPW@127.0.0.1:{}", server.port)])
+            .args(&args);
+        let o = run(c, T);
+        assert_eq!(code(&o), 69, "{args:?}: {}", stderr(&o));
+        let all = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+        assert!(!all.contains("s3cretPW"), "{args:?}: {all}");
+        assert!(all.contains("***@127.0.0.1"), "{args:?} names the server: {all}");
+    }
+    let mut c = Command::new(BIN);
+    c.env(
+        "LOCKWARDEN_REDIS",
+        "redis://:s3cretPW@127.0.0.1:1,redis://:s3cretPW@127.0.0.1:2,redis://:s3cretPW@127.0.0.1:3",
+    )
+    .args(["run", "p", "--", "true"]);
+    let o = run(c, T);
+    assert!(!stderr(&o).contains("s3cretPW"), "{}", stderr(&o));
 }

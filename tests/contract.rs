@@ -725,3 +725,45 @@ async fn a_semaphore_never_grants_more_than_its_permits_under_faults() {
     })
     .await
 }
+
+/// `Client::locks` lists a held name of every kind, with its kind, and
+/// never a hash lockwarden did not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kind_is_listed_with_its_kind_while_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        server.cmd(&["HSET", "listed-foreign", "owner", "x"]);
+        let want = [
+            (K::Reentrant, lockwarden::LockKind::Reentrant),
+            (K::Fair, lockwarden::LockKind::Fair),
+            (K::Read, lockwarden::LockKind::ReadWrite),
+            (K::Permit, lockwarden::LockKind::Semaphore),
+        ];
+        let mut held = Vec::new();
+        for (k, _) in want {
+            let name = format!("listed-{k:?}");
+            held.push(
+                take(&c, k, &name, Duration::ZERO, Lease::Watchdog)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        let listed = c.locks("listed-*").await.unwrap();
+        for (k, kind) in want {
+            let name = format!("listed-{k:?}");
+            let s = listed
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"));
+            assert_eq!(s.kind, Some(kind), "{name}");
+            assert!(s.is_held(), "{name}");
+        }
+        assert!(listed.iter().all(|s| s.name != "listed-foreign"), "{listed:?}");
+        for h in held {
+            h.release().await.unwrap();
+        }
+    })
+    .await
+}

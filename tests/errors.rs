@@ -341,3 +341,68 @@ async fn clusterdown_is_retryable() {
     })
     .await
 }
+
+/// No credential given in a URL shows in an error (`Display` or `Debug`)
+/// or a builder's `Debug`: a wrong password, an unreachable server, a
+/// Sentinel's password parameter, quorum masters, a URL that does not
+/// parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_show_in_errors_or_debug() {
+    bounded(Duration::from_secs(60), async {
+        const SECRET: &str = "s3cretPW";
+        let server = RedisServer::start_with(&["--requirepass", "right-one"]);
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let cases: Vec<(&str, lockwarden::ClientBuilder)> = vec![
+            (
+                "wrong password",
+                Client::builder(&format!("redis://app:{SECRET}@127.0.0.1:{}", server.port)),
+            ),
+            (
+                "unreachable",
+                Client::builder(&format!("redis://:{SECRET}@127.0.0.1:{closed}")),
+            ),
+            (
+                "sentinel",
+                Client::builder(&format!(
+                    "redis-sentinel://127.0.0.1:{closed}/0?sentinelServiceName=m&sentinelUsername=app&sentinelPassword={SECRET}"
+                )),
+            ),
+            (
+                "quorum",
+                Client::builder_for_masters([
+                    format!("redis://:{SECRET}@127.0.0.1:{}", server.port),
+                    format!("redis://:{SECRET}@127.0.0.1:{closed}"),
+                    format!("redis://:{SECRET}@127.0.0.1:{closed}"),
+                ]),
+            ),
+            ("unparsable", Client::builder(&format!("redis://:{SECRET}@127.0.0.1:notaport"))),
+            ("scheme", Client::builder(&format!("http://:{SECRET}@127.0.0.1:1"))),
+            (
+                "password with a slash and a question mark",
+                Client::builder(&format!("redis://:a/b?{SECRET}@127.0.0.1:{closed}")),
+            ),
+        ];
+        for (what, builder) in cases {
+            let shown = format!("{builder:?}");
+            assert!(!shown.contains(SECRET), "{what}: builder Debug {shown}");
+            let e = builder
+                .connect_timeout(Duration::from_millis(500))
+                .retry_transient_for(Duration::ZERO)
+                .build()
+                .await
+                .expect_err(what);
+            for text in [e.to_string(), format!("{e:?}")] {
+                assert!(!text.contains(SECRET), "{what}: {text}");
+            }
+        }
+        assert_eq!(
+            lockwarden::redact_url("redis://:a/b?pw@h:1/0?sentinelPassword=x@y&node=h:2"),
+            "redis://***@y&node=h:2",
+            "everything before the last @ is hidden"
+        );
+    })
+    .await
+}

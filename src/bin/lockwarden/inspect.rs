@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lockwarden::LockStatus;
+use lockwarden::{LockKind, LockStatus};
 use serde_json::json;
 
 use crate::{fail, Ctx};
@@ -11,7 +11,7 @@ use crate::{fail, Ctx};
 /// (`<client-uuid>:p<n>:r`), a read-write lock's reader (`<owner>:r`), or an
 /// exclusive holder.
 enum Holder<'a> {
-    Permit(&'a str),
+    Permit,
     Reader(&'a str),
     Exclusive,
 }
@@ -22,7 +22,7 @@ fn holder(field: &str) -> Holder<'_> {
             let last = base.rsplit(':').next().unwrap_or("");
             let permit = last.len() > 1 && last.starts_with('p') && last[1..].bytes().all(|b| b.is_ascii_digit());
             if permit {
-                Holder::Permit(base)
+                Holder::Permit
             } else {
                 Holder::Reader(base)
             }
@@ -38,7 +38,7 @@ fn to_json(s: &LockStatus) -> serde_json::Value {
         "held": s.is_held(),
         "holders": s.holders.iter().map(|(owner, count)| {
             match holder(owner) {
-                Holder::Permit(id) => json!({"permit": id, "permits": count, "side": "permit"}),
+                Holder::Permit => json!({"permit": owner, "permits": count, "side": "permit"}),
                 Holder::Reader(reader) => json!({"owner": reader, "count": count, "side": "read"}),
                 Holder::Exclusive => json!({"owner": owner, "count": count, "side": "exclusive"}),
             }
@@ -47,15 +47,22 @@ fn to_json(s: &LockStatus) -> serde_json::Value {
         "leaked": s.leaked,
         "last_token": s.last_token,
         "queue": s.queue,
+        "kind": s.kind.map(|k| k.name()),
     })
 }
 
 fn describe(s: &LockStatus) -> String {
-    let mut out = format!("lock {:?} (key {:?})\n", s.name, s.key);
+    let kind = s.kind.map_or("lock", LockKind::name);
+    let mut out = format!("{kind} {:?} (key {:?})\n", s.name, s.key);
     if s.is_held() {
         for (owner, count) in &s.holders {
             match holder(owner) {
-                Holder::Permit(id) => out += &format!("  permit {id} ({count} permits in use)\n"),
+                // The id exactly as `run --permits` exports it in
+                // LOCKWARDEN_PERMIT.
+                Holder::Permit => {
+                    let permits = if *count == 1 { "permit" } else { "permits" };
+                    out += &format!("  permit {owner} ({count} {permits})\n")
+                }
                 Holder::Reader(reader) => out += &format!("  read by {reader} (reentry count {count})\n"),
                 Holder::Exclusive => out += &format!("  held by {owner} (reentry count {count})\n"),
             }

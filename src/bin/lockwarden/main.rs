@@ -293,11 +293,20 @@ impl Ctx {
             .watchdog_lease(watchdog_lease)
             .build()
             .await
-            .map_err(|e| fail(&format!("cannot use redis at {}", self.urls.join(",")), &e))
+            .map_err(|e| fail(&format!("cannot use redis at {}", self.shown_urls()), &e))
     }
 }
 
 impl Ctx {
+    /// The masters' URLs for messages: without credentials.
+    pub fn shown_urls(&self) -> String {
+        self.urls
+            .iter()
+            .map(|u| lockwarden::redact_url(u))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// A builder for the masters given, with the prefix and TLS settings.
     pub fn builder(&self) -> lockwarden::ClientBuilder {
         let mut b = Client::builder_for_masters(&self.urls).key_prefix(self.prefix.clone());

@@ -356,10 +356,30 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
                 let mut done = child;
                 stop_group(&mut done, group, grace).await;
             }
-            if let Err(e) = guard.unlock().await {
-                eprintln!("lockwarden: releasing lock {name:?}: {e}");
+            // A loss known by now, or one the release finds (the hold was
+            // force-unlocked or flushed since the last renewal), means the
+            // command may have run unprotected: a script must be able to
+            // tell, whatever the command returned.
+            let known = guard.loss_reason();
+            let released = guard.unlock().await;
+            match (known, released) {
+                (Some(reason), _) => {
+                    eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason})");
+                    EX_SOFTWARE
+                }
+                (None, Err(lockwarden::Error::NotHeld { .. })) => {
+                    eprintln!(
+                        "lockwarden: lock {name:?} lost while the command ran (the release found it no longer \
+                         held: force-unlocked, flushed or expired)"
+                    );
+                    EX_SOFTWARE
+                }
+                (None, Err(e)) => {
+                    eprintln!("lockwarden: releasing lock {name:?}: {e}");
+                    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+                }
+                (None, Ok(())) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
             }
-            status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
         }
         Outcome::Lost(reason) => {
             eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason}); stopped the command");
