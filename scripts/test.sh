@@ -2,10 +2,28 @@
 # The test command: formatting, lints, tests (each starts its own
 # redis-servers), docs. Installs redis-server with apt when it is missing,
 # and fetches a server with WAITAOF for tests/aof.rs (scripts/redis-env.sh).
+# Ends with one line: the tests passed and failed over every test binary
+# (doc tests included); the benches' own output goes to a file.
 cd "$(dirname "$0")/.."
 . scripts/redis-env.sh
 ensure_redis
 ensure_waitaof_server
+results=$(mktemp)
+benches_log=$(mktemp)
+# Runs a test command, its output shown and kept for the count.
+counted() {
+    "$@" 2>&1 | tee -a "$results"
+    return "${PIPESTATUS[0]}"
+}
+total() {
+    awk '/^test result:/ {
+            for (i = 1; i <= NF; i++) {
+                if ($(i+1) ~ /^passed/) p += $i
+                if ($(i+1) ~ /^failed/) f += $i
+            }
+         }
+         END { printf "%d passed, %d failed\n", p, f }' "$results"
+}
 set -x
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
@@ -13,11 +31,20 @@ cargo clippy --lib --no-default-features -- -D warnings
 # One test at a time: several tests assert timing windows (a lease handed
 # over within 50 ms, a loss seen within one renewal period) that CPU
 # contention between parallel tests on a small CI machine would blur.
-cargo test --lib --bins --tests --examples -- --test-threads=1
+status=0
+counted cargo test --lib --bins --tests --examples -- --test-threads=1 || status=$?
 # The benches run once each in test mode (criterion's harness takes no
-# --test-threads).
-cargo test --benches
-cargo test --doc
+# --test-threads); their output goes to a file, shown only if they fail.
+if ! cargo test --benches >"$benches_log" 2>&1; then
+    cat "$benches_log"
+    echo "the benches failed in test mode (above)" >&2
+    status=1
+fi
+counted cargo test --doc || status=$?
+set +x
+total
+if [ "$status" -ne 0 ]; then exit "$status"; fi
+set -x
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 # No foreign type in the public API unless announced (stable rustdoc).
 scripts/check-public-api.sh

@@ -140,7 +140,9 @@ impl ClientBuilder {
     /// not reached, a failover under way): it returns the last error once
     /// failures have lasted this long without a single answer in between.
     /// [`Lock::try_lock`](crate::Lock::try_lock) retries until its own wait
-    /// ends instead. Retries back off from 50 ms to 1 s. Defaults to
+    /// ends instead. [`ClientBuilder::build`] (and [`Client::connect`])
+    /// retries connecting as long (a server restarting, still loading its
+    /// data, a failover). Retries back off from 50 ms to 1 s. Defaults to
     /// [`DEFAULT_RETRY_TRANSIENT_FOR`] (10 s); zero returns the first error.
     /// Must be at most 30 days.
     pub fn retry_transient_for(mut self, limit: Duration) -> Self {
@@ -235,19 +237,47 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for an unparsable URL, [`Error::InvalidDuration`]
-    /// for a setting out of range, [`Error::Connection`] when the server
-    /// cannot be reached within the connect timeout, [`Error::Redis`] when it
-    /// refuses us (authentication, permissions).
+    /// for a setting out of range, [`Error::Tls`] for a failed TLS
+    /// handshake, [`Error::Redis`] when the server refuses us
+    /// (authentication, permissions). A retryable failure
+    /// ([`Error::is_retryable`]: [`Error::Connection`], [`Error::Timeout`],
+    /// a server still loading its data, a majority not reached) is retried,
+    /// with a backoff from 50 ms to 1 s, while failures last less than
+    /// [`retry_transient_for`](Self::retry_transient_for) (10 s by default;
+    /// zero: one attempt); the last one is returned then.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future drops the half-built client and its connections.
     pub async fn build(self) -> Result<Client> {
+        // An out-of-range setting is refused by the first attempt.
+        let start = std::time::Instant::now();
+        let give_up = start.checked_add(self.retry_transient_for).unwrap_or(start);
+        let mut backoff = crate::runtime::Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            match self.clone().build_once().await {
+                Err(e) if e.is_retryable() => {
+                    let now = std::time::Instant::now();
+                    if now >= give_up {
+                        return Err(e);
+                    }
+                    let pause = backoff.next_jittered().min(give_up - now);
+                    tracing::debug!(error = %e, retry_in_ms = pause.as_millis() as u64, "connecting failed; retrying");
+                    tokio::time::sleep(pause).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn build_once(self) -> Result<Client> {
         let mut configs = Vec::with_capacity(self.configs.len());
+        let mut shown = Vec::with_capacity(self.configs.len());
         for (url, config) in self.configs {
             let mut config = config.map_err(Error::Config)?;
             self.tls.apply(&mut config, &url)?;
             configs.push(config);
+            shown.push(url);
         }
         let n = configs.len();
         if n == 0 {
@@ -335,9 +365,19 @@ impl ClientBuilder {
         let connected = crate::quorum::majority_then_grace(connecting, Result::is_ok, command_timeout, &spawner).await;
         let mut errors = Vec::new();
         let mut up = 0;
-        for r in connected {
+        for (r, url) in connected.into_iter().zip(&shown) {
             match r {
                 Some(Ok(())) => up += 1,
+                // The message names the server (its URL without credentials).
+                Some(Err(Error::Connection { op, message })) => errors.push(Error::Connection {
+                    op,
+                    message: format!("{url}: {message}"),
+                }),
+                Some(Err(Error::Redis { op, kind, message })) => errors.push(Error::Redis {
+                    op,
+                    kind,
+                    message: format!("{url}: {message}"),
+                }),
                 Some(Err(e)) => errors.push(e),
                 None => errors.push(Error::Timeout {
                     op: "connect",

@@ -278,7 +278,12 @@ impl Error {
             return Error::Tls { op, message: details };
         }
         let kind = match e.kind() {
-            K::IO | K::Canceled | K::Routing => return Error::Connection { op, message: details },
+            K::IO | K::Canceled | K::Routing => {
+                return Error::Connection {
+                    op,
+                    message: readable_io(&details),
+                }
+            }
             K::Timeout => return Error::Timeout { op, timeout },
             K::Config | K::Url => return Error::Config(details),
             K::Auth => RedisErrorKind::Auth,
@@ -290,6 +295,21 @@ impl Error {
             kind,
             message: details,
         }
+    }
+}
+
+/// An I/O error as fred words it, readable: the `Debug` form of an OS
+/// error (`Os { code: 111, kind: ConnectionRefused, message: "Connection
+/// refused" }`) becomes its message and code ("Connection refused (os
+/// error 111)"); anything else is kept.
+fn readable_io(details: &str) -> String {
+    let Some(rest) = details.strip_prefix("Os { code: ") else {
+        return details.to_string();
+    };
+    let code = rest.split(',').next().unwrap_or("").trim();
+    match rest.split_once("message: \"").and_then(|(_, m)| m.split_once('"')) {
+        Some((message, _)) => format!("{message} (os error {code})"),
+        None => details.to_string(),
     }
 }
 
@@ -329,3 +349,17 @@ fn classify(details: &str) -> RedisErrorKind {
 
 /// Shorthand for `Result<T, lockwarden::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::readable_io;
+
+    #[test]
+    fn os_errors_read_as_sentences() {
+        assert_eq!(
+            readable_io("Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" }"),
+            "Connection refused (os error 111)"
+        );
+        assert_eq!(readable_io("Connection closed."), "Connection closed.");
+    }
+}

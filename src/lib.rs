@@ -41,8 +41,8 @@
 //!   refreshing (its process died) is evicted after it. A waiter that gives
 //!   up (timeout, dropped future) leaves the queue at once.
 //! - [`Client::rw_lock`]: a [`RwLock`], many readers or one writer, each
-//!   side a [`Lock`]. Each read hold has its own lease; waiting writers hold
-//!   new readers back.
+//!   side a [`Lock`]. Each hold has its own lease; waiting writers hold
+//!   new readers back, and never a holder's lease.
 //! - [`Client::semaphore`]: a [`Semaphore`] of N permits whose holds expire
 //!   ([`Permit`]); one server, Sentinel or Cluster only.
 //! - [`Client::multi_lock`]: a [`MultiLock`], several names taken together
@@ -74,6 +74,11 @@
 //!   remaining lease, so a lost message only delays them.
 //! - A dead or hung server is an error within the command timeout (3 s by
 //!   default), never a hang.
+//! - One name is one kind while it is held: another kind's acquire is
+//!   [`Error::WrongKind`] and changes nothing; a hash lockwarden did not
+//!   write is never written ([`Error::WrongType`]).
+//! - No message, log line or `Debug` output shows a password given in a
+//!   URL ([`redact_url`]).
 //! - Over a quorum of independent masters ([`Client::builder_for_masters`]),
 //!   all of the above with a majority: a lock survives the loss of any
 //!   minority of masters; a hold is valid for its lease minus the time
@@ -104,7 +109,26 @@
 //!   release (Redisson's retries can).
 //! - A re-entry with a shorter lease never shortens the current one.
 //! - Fencing tokens come with every lock.
-//! - Keys of another type at the lock's name are reported, never replaced.
+//! - Keys of another type at the lock's name are reported, never replaced;
+//!   so is another kind of lock holding the name ([`Error::WrongKind`]),
+//!   and a hash some other program wrote there.
+//!
+//! # Feature flags
+//!
+//! - `tls` (default): `rediss://` URLs, through rustls with ring.
+//! - `blocking` (default): [`blocking`], the locks for code that is not
+//!   async.
+//! - `metrics` (default): counters and gauges through the `metrics` crate.
+//! - `cli` (default): the `lockwarden` command (pulls in clap and friends);
+//!   the library alone: `default-features = false`.
+//!
+//! # Examples
+//!
+//! In the repository's `examples/` (`cargo run --example NAME --
+//! redis://127.0.0.1:6379`): `cron_job` (one machine at a time, stopping
+//! early when the lock is at risk), `web_handler` (a per-order lock with a
+//! short wait), `fenced_write` (a store that refuses stale tokens),
+//! `blocking` and `demo`.
 //!
 //! See the README for the Redis data layout.
 
@@ -160,3 +184,9 @@ pub use settings::{
 };
 pub use status::{LockKind, LockStatus};
 pub use watchdog::LossReason;
+
+/// Every Rust block of the README, compiled as a doc test (`cargo test
+/// --doc`), so the README's code keeps building as the API changes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -106,8 +106,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`Semaphore::acquire`]; [`Error::InvalidDuration`] for a zero or
-    /// too long lease or wait.
+    /// As [`Semaphore::acquire`]; [`Error::InvalidDuration`] for a fixed
+    /// lease below [`MIN_LEASE`](crate::MIN_LEASE), and for a lease or a
+    /// wait above 30 days (a zero wait is valid: one attempt).
     ///
     /// # Cancel safety
     ///

@@ -73,11 +73,14 @@ impl From<Option<Duration>> for Lease {
 
 pub(crate) fn check_duration(what: &'static str, value: Duration, min: Duration) -> Result<()> {
     if value < min {
-        return Err(Error::InvalidDuration {
-            what,
-            value,
-            reason: "below the minimum",
-        });
+        // The minimums in use, named in the message.
+        let reason = match min.as_millis() {
+            1 => "below the minimum of 1 ms",
+            10 => "below the minimum of 10 ms",
+            100 => "below the minimum of 100 ms",
+            _ => "below the minimum",
+        };
+        return Err(Error::InvalidDuration { what, value, reason });
     }
     if value > MAX_DURATION {
         return Err(Error::InvalidDuration {

@@ -486,6 +486,10 @@ fn verbose_flags_log_to_stderr() {
         "debug events in the span: {err}"
     );
     assert!(!err.contains("attempt"), "trace events only with -vv");
+    assert!(
+        !err.contains('\u{1b}'),
+        "no colour codes when stderr is not a terminal: {err:?}"
+    );
     let mut c = cli(&server);
     c.args(["-vv", "run", "chatty", "--", "true"]);
     let err = stderr(&run(c, T));
@@ -1006,4 +1010,50 @@ fn passwords_are_never_printed() {
     .args(["run", "p", "--", "true"]);
     let o = run(c, T);
     assert!(!stderr(&o).contains("s3cretPW"), "{}", stderr(&o));
+}
+
+/// `run --wait` waits for a server that is not up yet (restarting) as it
+/// waits for a held lock: the first connection is retried within the wait.
+#[test]
+fn run_waits_for_a_server_that_comes_up_within_its_wait() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempdir("late-server");
+    let mut c = Command::new(BIN);
+    c.env_remove("LOCKWARDEN_REDIS")
+        .args(["--redis", &format!("redis://127.0.0.1:{port}")])
+        .args(["run", "late", "--wait", "20s", "--", "true"]);
+    let child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let bin = std::env::var("LOCKWARDEN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let mut server = Command::new(bin)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args(["--dir", &dir.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let o = wait(child, Duration::from_secs(30));
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// A lease out of range is refused naming the flag given and its bounds,
+/// not a flag the user did not give.
+#[test]
+fn a_lease_out_of_range_names_its_flag_and_bound() {
+    let server = RedisServer::start();
+    for (flag, value, bound) in [("--lease", "0s", "10ms"), ("--watchdog-lease", "1ms", "100ms")] {
+        let mut c = cli(&server);
+        c.args(["run", "x", flag, value, "--", "true"]);
+        let o = run(c, T);
+        assert_eq!(code(&o), 64, "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(flag) && err.contains(bound), "{err}");
+        assert!(!err.contains("--kill-grace"), "{err}");
+    }
 }

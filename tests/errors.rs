@@ -137,9 +137,20 @@ async fn loading_is_busy_and_retryable() {
             matches!(r.cmd(&["EVAL", "return 1", "0"]), Reply::Err(e) if e.starts_with("LOADING"))
         };
         assert!(still_loading(), "the server answers LOADING at first");
-        let e = Client::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+        let url = format!("redis://127.0.0.1:{port}");
+        let e = Client::builder(&url)
+            .retry_transient_for(Duration::ZERO)
+            .build()
+            .await
+            .unwrap_err();
         assert_eq!(kind_of(&e), Some(RedisErrorKind::Busy), "{e}");
         assert!(e.is_retryable());
+        // Client::connect retries a passing refusal (within the default
+        // retry_transient_for, 10 s): it connects once the load is over.
+        let connecting = tokio::spawn({
+            let url = url.clone();
+            async move { Client::connect(&url).await }
+        });
         // The client from before: fred's reconnect handshake meets LOADING,
         // so its calls fail as connection errors until the load is over.
         let e = lock.try_lock(Duration::ZERO, LONG).await.unwrap_err();
@@ -149,6 +160,14 @@ async fn loading_is_busy_and_retryable() {
         let g = lock.try_lock(Duration::from_secs(20), LONG).await.unwrap().unwrap();
         assert!(!still_loading());
         g.unlock().await.unwrap();
+        let late = connecting.await.unwrap().expect("connect rode the load out");
+        assert!(late
+            .lock("m2")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .is_some());
         let _ = child.kill();
         let _ = child.wait();
     })
@@ -181,8 +200,13 @@ async fn masterdown_is_retryable() {
         let e = c.lock("m").unwrap().try_lock(Duration::ZERO, LONG).await.unwrap_err();
         assert_eq!(kind_of(&e), Some(RedisErrorKind::MasterDown), "{e}");
         assert!(e.is_retryable());
-        // Building a client against it fails the same way.
-        let e = Client::connect(&replica.url()).await.unwrap_err();
+        // Building a client against it fails the same way (once its
+        // retries are over: none here).
+        let e = Client::builder(&replica.url())
+            .retry_transient_for(Duration::ZERO)
+            .build()
+            .await
+            .unwrap_err();
         assert_eq!(kind_of(&e), Some(RedisErrorKind::MasterDown), "{e}");
     })
     .await

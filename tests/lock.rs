@@ -54,9 +54,12 @@ async fn lock_and_unlock(kind: Kind) {
             take.as_str().is_some_and(|t| t.starts_with("lockwarden:{plain}:req:")),
             "{take:?}"
         );
+        // And its kind: one name is one kind while it is held.
+        let want = if kind == Kind::Fair { "fair" } else { "reentrant" };
+        assert_eq!(server.cmd(&["HGET", "plain", ":kind"]).as_str(), Some(want));
         assert_eq!(
             server.cmd(&["HLEN", "plain"]).as_int(),
-            Some(3),
+            Some(4),
             "nobody waits: no ':wait'"
         );
         let pttl = server.cmd(&["PTTL", "plain"]).as_int().unwrap();

@@ -124,12 +124,12 @@ pub async fn list(ctx: &Ctx, pattern: &str, as_json: bool) -> i32 {
         return 0;
     }
     println!(
-        "{:<32} {:>5} {:>8} {:>12} {:>10} {:>7} {:>6}",
+        "{:<32} {:>5} {:>8} {:>12} {:>20} {:>7} {:>6}",
         "NAME", "HELD", "HOLDERS", "LEASE_MS", "TOKEN", "QUEUED", "LEAKED"
     );
     for s in &locks {
         println!(
-            "{:<32} {:>5} {:>8} {:>12} {:>10} {:>7} {:>6}",
+            "{:<32} {:>5} {:>8} {:>12} {:>20} {:>7} {:>6}",
             s.name,
             if s.is_held() { "yes" } else { "no" },
             s.holders.len(),

@@ -87,6 +87,7 @@ enum Command {
         /// Required: this breaks the lock for its holder.
         #[arg(long, required = true)]
         force: bool,
+        /// The lock's name (without the key prefix).
         name: String,
     },
     /// Run the benchmark workloads against the given server: W1 one task
@@ -189,9 +190,13 @@ fn main() {
         } else {
             "lockwarden=trace,fred=debug"
         };
+        // Colour only on a terminal: escape codes in a log file or a CI
+        // capture are noise.
+        use std::io::IsTerminal;
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(level))
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .init();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -289,11 +294,25 @@ impl Ctx {
     /// Connects to the master or the quorum, or says why not and returns
     /// the exit code.
     pub async fn connect(&self, watchdog_lease: Duration) -> Result<Client, i32> {
+        self.connect_within(watchdog_lease, Duration::ZERO).await
+    }
+
+    /// As [`Ctx::connect`], retrying a connection that fails for a
+    /// passing reason (a server restarting or loading) for `retry`.
+    pub async fn connect_within(&self, watchdog_lease: Duration, retry: Duration) -> Result<Client, i32> {
         self.builder()
             .watchdog_lease(watchdog_lease)
+            .retry_transient_for(retry)
             .build()
             .await
-            .map_err(|e| fail(&format!("cannot use redis at {}", self.shown_urls()), &e))
+            .map_err(|e| {
+                // With one server the library's message names it already.
+                let what = match self.urls.len() {
+                    1 => "cannot use redis".to_string(),
+                    _ => format!("cannot use redis at {}", self.shown_urls()),
+                };
+                fail(&what, &e)
+            })
     }
 }
 

@@ -124,6 +124,25 @@ fn stop_before(lease: Duration, kill_grace: Duration) -> Duration {
 /// grace). Without `--kill-grace`, the grace is 10 s, or half the room when
 /// 10 s do not fit.
 fn check_grace(args: &RunArgs) -> Result<(Duration, Duration), String> {
+    // The leases first: a message about --kill-grace would name a flag the
+    // user may not have given.
+    let bounds = [
+        ("--lease", args.lease, lockwarden::MIN_LEASE),
+        (
+            "--watchdog-lease",
+            Some(args.watchdog_lease),
+            lockwarden::MIN_WATCHDOG_LEASE,
+        ),
+    ];
+    for (flag, value, min) in bounds {
+        if let Some(v) = value.filter(|v| *v < min || *v > lockwarden::MAX_DURATION) {
+            return Err(format!(
+                "{flag} {}: must be at least {} and at most 30 days",
+                humantime::format_duration(v),
+                humantime::format_duration(min),
+            ));
+        }
+    }
     let (lease, room, what) = match args.lease {
         Some(l) => (l, l, "the lease"),
         None => (args.watchdog_lease, args.watchdog_lease / 2, "half the watchdog lease"),
@@ -223,10 +242,17 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
             return EX_SOFTWARE;
         }
     };
-    let client = match ctx.connect(args.watchdog_lease).await {
+    // Connecting counts against --wait: a server restarting or loading is
+    // waited for as a held lock is (without --wait, as long as a wait
+    // without a deadline retries: the library's default).
+    let started = std::time::Instant::now();
+    let retry = args.wait.unwrap_or(lockwarden::DEFAULT_RETRY_TRANSIENT_FOR);
+    let client = match ctx.connect_within(args.watchdog_lease, retry).await {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let mut args = args;
+    args.wait = args.wait.map(|w| w.saturating_sub(started.elapsed()));
     let one_kind = args.fair || args.shared || args.exclusive || args.permits.is_some();
     if one_kind && args.names.len() > 1 {
         eprintln!("lockwarden: --fair, --shared, --exclusive and --permits take one NAME");
