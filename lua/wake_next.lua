@@ -20,7 +20,8 @@
 -- Side effects: when the lock is free, wake_next pops and tells the first
 -- client of KEYS[2] that still listens. When it is held and clients sleep,
 -- the hold's ':wait' is set (shared_acquire.lua), so its unlock wakes one.
--- A key of another type at KEYS[1] is left alone.
+-- A key of another type at KEYS[1], another kind's hash and a hash
+-- lockwarden did not write are left alone.
 
 local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
@@ -28,7 +29,10 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
   return wake_next(2, ARGV[2], publish, ARGV[1]) and 1 or 0
 end
-if kind == 'hash' and redis.call('EXISTS', KEYS[2]) == 1 then
+-- Only a reentrant lock's hold is marked: never another kind's hash, nor
+-- a hash lockwarden did not write (see wrong_kind in shared.lua).
+if kind == 'hash' and redis.call('EXISTS', KEYS[2]) == 1
+    and redis.call('HGET', KEYS[1], ':kind') == 'reentrant' then
   redis.pcall('HSET', KEYS[1], ':wait', '1')
 end
 return 0
