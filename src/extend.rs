@@ -156,6 +156,9 @@ async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
         Some(end) => end.saturating_duration_since(sent),
     };
     if lease.is_zero() {
+        // A fixed lease that ends now: nothing to extend, and the hold is
+        // measured against its own lease again.
+        hold.extension_done();
         return;
     }
     let timeout = r.settings.command_timeout;
