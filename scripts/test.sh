@@ -32,7 +32,7 @@ cargo clippy --lib --no-default-features -- -D warnings
 # over within 50 ms, a loss seen within one renewal period) that CPU
 # contention between parallel tests on a small CI machine would blur.
 status=0
-counted cargo test --lib --bins --tests --examples -- --test-threads=1 || status=$?
+counted cargo test --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 || status=$?
 # The benches run once each in test mode (criterion's harness takes no
 # --test-threads); their output goes to a file, shown only if they fail.
 if ! cargo test --benches >"$benches_log" 2>&1; then

@@ -126,11 +126,28 @@ async fn an_unreachable_server_is_an_error_within_the_timeout() {
         .local_addr()
         .unwrap()
         .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    // Without retries: at once.
     let t = Instant::now();
-    let r = Client::builder(&format!("redis://127.0.0.1:{port}")).build().await;
+    let r = Client::builder(&url).retry_transient_for(Duration::ZERO).build().await;
     assert!(matches!(r, Err(Error::Connection { .. })), "{r:?}");
-    assert!(r.unwrap_err().is_retryable());
+    let e = r.unwrap_err();
+    assert!(e.is_retryable());
+    assert!(
+        e.to_string().contains(&format!("127.0.0.1:{port}")),
+        "names the server: {e}"
+    );
     assert!(t.elapsed() < Duration::from_secs(3));
+    // With retries: the error once they are over (not before: the server
+    // may be restarting), within that time and one connect timeout.
+    let t = Instant::now();
+    let r = Client::builder(&url)
+        .retry_transient_for(Duration::from_secs(1))
+        .build()
+        .await;
+    assert!(matches!(r, Err(Error::Connection { .. })), "{r:?}");
+    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
