@@ -1057,3 +1057,17 @@ fn a_lease_out_of_range_names_its_flag_and_bound() {
         assert!(!err.contains("--kill-grace"), "{err}");
     }
 }
+
+/// A command given without `--` is a usage error that says where the
+/// command goes and what was taken for lock names.
+#[test]
+fn a_command_without_the_double_dash_is_explained() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["run", "job", "echo", "hi"]);
+    let o = run(c, T);
+    assert_eq!(code(&o), 64, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("after `--`") && err.contains("job echo hi"), "{err}");
+    assert_eq!(server.cmd(&["EXISTS", "job"]).as_int(), Some(0), "nothing was locked");
+}

@@ -146,7 +146,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "D", value_parser = duration)]
     pub kill_grace: Option<Duration>,
     /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "CMD")]
+    // Not `required` for clap: a missing command gets our own message,
+    // which says where it goes (`--`) and what was taken for names.
+    #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 

@@ -124,6 +124,14 @@ fn stop_before(lease: Duration, kill_grace: Duration) -> Duration {
 /// grace). Without `--kill-grace`, the grace is 10 s, or half the room when
 /// 10 s do not fit.
 fn check_grace(args: &RunArgs) -> Result<(Duration, Duration), String> {
+    if args.command.is_empty() {
+        let names = args.names.join(" ");
+        return Err(format!(
+            "no command to run: put it after `--`, as in `lockwarden run {} -- CMD [ARGS...]` \
+             (without `--`, every word was taken for a lock name: {names})",
+            args.names.first().map_or("NAME", String::as_str),
+        ));
+    }
     // The leases first: a message about --kill-grace would name a flag the
     // user may not have given.
     let bounds = [
