@@ -215,6 +215,27 @@ impl Setup {
         }
     }
 
+    /// Every master (every primary of a cluster) restarts without
+    /// persistence: empty.
+    fn restart_all(&mut self) {
+        match &mut self.cluster {
+            Some(c) => {
+                let primaries = c.primaries().len();
+                c.nodes[..primaries].iter_mut().for_each(RedisServer::restart);
+                // Back in the cluster (its slots served) before the test
+                // goes on: calls made while it settles time out.
+                let until = Instant::now() + Duration::from_secs(30);
+                for n in c.primaries() {
+                    while !matches!(n.cmd(&["CLUSTER", "INFO"]), Reply::Str(ref i) if i.contains("cluster_state:ok")) {
+                        assert!(Instant::now() < until, "the cluster did not settle after the restart");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            None => self.masters.iter_mut().for_each(RedisServer::restart),
+        }
+    }
+
     /// lockwarden's channels with subscribers (Sentinel's own are left out).
     fn channels(&self) -> Vec<String> {
         let mut all = match &self.cluster {
@@ -435,8 +456,122 @@ async fn stalled_holder_on(k: K, dep: Dep) {
     }
 }
 
+/// A holder in a child process, stopped with SIGSTOP (a paused or hung
+/// process; killed, it would be a crash), on the deployments the test proxy
+/// cannot stand in front of (a replicated master confirmed by its replica,
+/// Sentinel, Cluster): the name frees at its lease's end while a rival
+/// waits; once resumed, the holder is told the hold was lost and its
+/// release answers `NotHeld`.
+async fn stopped_holder_process_frees_the_name(k: K) {
+    for dep in [Dep::Replicated, Dep::Sentinel, Dep::Cluster] {
+        bounded(BOUND, stopped_holder_on(k, dep)).await;
+    }
+}
+
+/// The holder of [`stopped_holder_process_frees_the_name`], in a child
+/// process: takes the hold its parent names in the environment, says so in
+/// a file, then waits for the loss and writes what its release answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_holder_entry_point() {
+    let Ok(url) = std::env::var("LOCKWARDEN_TEST_CHILD_URL") else {
+        return;
+    };
+    let var = |n: &str| std::env::var(n).unwrap();
+    let k = KINDS
+        .into_iter()
+        .find(|k| format!("{k:?}") == var("CONTRACT_KIND"))
+        .unwrap();
+    let lease = Duration::from_millis(1500);
+    let mode = if var("CONTRACT_MODE") == "fixed" {
+        Lease::Fixed(lease)
+    } else {
+        Lease::Watchdog
+    };
+    let mut b = Client::builder(&url)
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(400));
+    if var("CONTRACT_DEP") == "Replicated" {
+        b = b.min_replicas_acked(1, Duration::from_millis(200));
+    }
+    let c = b.build().await.unwrap();
+    let held = take(&c, k, "contract", Duration::ZERO, mode)
+        .await
+        .unwrap()
+        .expect("free");
+    let out = std::path::PathBuf::from(var("CONTRACT_OUT"));
+    std::fs::write(out.join("held"), "").unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(60), held.lost()).await;
+    let answer = match held.release().await {
+        Err(Error::NotHeld { .. }) => "NotHeld".to_string(),
+        other => format!("{other:?}"),
+    };
+    std::fs::write(out.join("released.tmp"), answer).unwrap();
+    std::fs::rename(out.join("released.tmp"), out.join("released")).unwrap();
+}
+
+async fn stopped_holder_on(k: K, dep: Dep) {
+    let setup = Setup::start(dep);
+    let url = match dep {
+        Dep::Sentinel => setup._sentinel.as_ref().unwrap().url(),
+        Dep::Cluster => setup.cluster.as_ref().unwrap().url(),
+        _ => setup.masters[0].url(),
+    };
+    let lease = Duration::from_millis(1500);
+    for mode in ["watchdog", "fixed"] {
+        let what = format!("{k:?} on {dep:?}, {mode}");
+        let out = std::env::temp_dir().join(format!(
+            "lockwarden-contract-{}-{k:?}-{dep:?}-{mode}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["stopped_holder_entry_point", "--exact", "--nocapture"])
+            .env("LOCKWARDEN_TEST_CHILD_URL", &url)
+            .env("CONTRACT_KIND", format!("{k:?}"))
+            .env("CONTRACT_MODE", mode)
+            .env("CONTRACT_DEP", format!("{dep:?}"))
+            .env("CONTRACT_OUT", &out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || out.join("held").exists()).await,
+            "{what}: the child did not take the hold"
+        );
+        let rival = quiet_client_of(&setup, Duration::from_secs(30)).await;
+        // SAFETY: kill(2) on our own child with a valid signal.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGSTOP) };
+        let stopped = Instant::now();
+        let got = take(&rival, k.rival(), "contract", Duration::from_secs(10), Lease::Watchdog).await;
+        let waited = stopped.elapsed();
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+        let got = got
+            .unwrap()
+            .unwrap_or_else(|| panic!("{what}: a stopped holder kept the name past its lease"));
+        assert!(
+            waited >= lease - Duration::from_millis(100),
+            "{what}: the rival got in after {waited:?}, inside the holder's lease"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || out.join("released").exists()).await,
+            "{what}: the resumed holder never learned of its loss"
+        );
+        let answer = std::fs::read_to_string(out.join("released")).unwrap();
+        assert_eq!(answer, "NotHeld", "{what}: the lost hold's release");
+        assert!(!got.is_lost(), "{what}: the rival's hold is untouched");
+        got.release().await.unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&out);
+        setup.flushall();
+    }
+}
+
 /// The servers lose their data while a hold stands (FLUSHALL on every
-/// deployment; on one server also a restart without persistence): the
+/// deployment; a restart without persistence on all but Sentinel): the
 /// holder is told (its next renewal finds it gone) and its release is
 /// `NotHeld`; the next hold's token is above every token handed out
 /// before.
@@ -454,10 +589,13 @@ async fn lost_data_on(k: K, dep: Dep) {
     let lease = Duration::from_millis(1500);
     let c = quiet(setup.builder().command_timeout(Duration::from_millis(400)), lease).await;
     let name = "contract";
-    let faults: &[&str] = if dep == Dep::Single {
-        &["flushall", "restart"]
-    } else {
+    // Not restarted behind Sentinel: a restart there either lets Sentinel
+    // promote the replica, which has the hold (a failover: the hold
+    // survives, tests/sentinel.rs), or is the replicated master's restart.
+    let faults: &[&str] = if dep == Dep::Sentinel {
         &["flushall"]
+    } else {
+        &["flushall", "restart"]
     };
     for &fault in faults {
         let what = format!("{k:?} on {dep:?}, {fault}");
@@ -468,11 +606,20 @@ async fn lost_data_on(k: K, dep: Dep) {
         let before = first.token();
         match fault {
             "flushall" => setup.flushall(),
-            _ => setup.masters[0].restart(),
+            _ => setup.restart_all(),
         }
         tokio::time::timeout(Duration::from_secs(5), first.lost())
             .await
             .unwrap_or_else(|_| panic!("{what}: the hold is reported lost within its lease"));
+        // The client reaches every server again (after a restart it
+        // reconnects; a cluster's client also relearns the slots).
+        let until = Instant::now() + Duration::from_secs(20);
+        for n in [name.to_string(), second(name)] {
+            while c.lock(&n).unwrap().is_locked().await.is_err() {
+                assert!(Instant::now() < until, "{what}: the client did not reconnect");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
         match first.release().await {
             Err(Error::NotHeld { .. }) => {}
             other => panic!("{what}: the lost hold's release answered {other:?}"),
@@ -553,6 +700,7 @@ macro_rules! every_kind {
 every_kind!(
     healthy_hold_and_handoff,
     stalled_holder_frees_the_name_at_its_lease_end,
+    stopped_holder_process_frees_the_name,
     lost_data_tells_the_holder_and_tokens_never_go_back,
     killed_connections_keep_the_hold,
 );
