@@ -12,9 +12,15 @@
 -- ARGV[5]  "0" when the caller only tries, anything else when it waits
 --          (listening on the channel) if refused; "2" also says other
 --          waits of its client listen, so a grant sets ':wait'
+-- ARGV[6]  the attempt's request id
+-- ARGV[7]  "1" when this request was never sent before, anything else on
+--          a re-send (the caller's flag; the grant's request at
+--          ':q:<permit id>' tells a re-send from another attempt)
 --
 -- Returns
---   {1, 0, 1}      granted (or granted already: a re-send finds the id)
+--   {1, 0, 1}      granted (or granted already: a re-send of the request
+--                  that got the grant finds it; another attempt of the
+--                  same acquisition is refused while that grant stands)
 --   {0, ms}        not enough permits free: ms until the first holder's
 --                  lease ends (when permits may come back without a release)
 --   error "WRONGTYPE <type> 1", or the server's own refusal
@@ -33,7 +39,19 @@ local me, take, total, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), to
 local s, refusal = snapshot(now, 'semaphore')
 if not s then return refusal end
 if s.f[me] then
-  return {1, 0, 1}
+  if s.f[':q:' .. me] == ARGV[6] then
+    -- A re-send of the request that got the grant.
+    return {1, 0, 1}
+  end
+  -- The grant of another attempt of the same acquisition, whose reply was
+  -- lost: that request's re-send in the background finds it and gives it
+  -- back. Until then it is a holder like any other (taking it over here
+  -- would let that give-back free a grant this attempt's caller counts
+  -- on); its release wakes this waiter.
+  if ARGV[5] ~= '0' and not s.f[':wait'] then
+    redis.pcall('HSET', KEYS[1], ':wait', '1')
+  end
+  return {0, s.soonest or 1}
 end
 local used = 0
 for k, v in pairs(s.f) do
@@ -45,7 +63,7 @@ if used + take > total then
   end
   return {0, s.soonest or 1}
 end
-redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease), ':kind', 'semaphore')
+redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease), ':q:' .. me, ARGV[6], ':kind', 'semaphore')
 if ARGV[5] == '2' and not s.f[':wait'] then
   -- Other waits of the caller's client may still sleep: this holder's
   -- release must wake them.

@@ -10,7 +10,7 @@
 -- re-send finds nothing, and changes nothing); error "WRONGTYPE <type> 1",
 -- or the server's own refusal.
 --
--- Side effects: HDEL of the id and its deadline; the hash goes with its
+-- Side effects: HDEL of the id, its deadline and its request; the hash goes with its
 -- last holder. The channel is told when ':wait' says a waiter listens.
 
 local now = now_ms()
@@ -20,7 +20,7 @@ if not s then
   return refusal
 end
 if not s.f[ARGV[1]] then return -1 end
-redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1], ':q:' .. ARGV[1])
 if s.readers <= 1 then
   redis.call('DEL', KEYS[1])
 end

@@ -15,6 +15,8 @@
 --                     moves its deadline; the hash's TTL is only a bound
 --                     for cleaning up, never a hold's lease, so nothing a
 --                     waiter does to the hash can keep a dead holder in
+--   ':q:<permit id>'  a semaphore's: the request whose attempt holds that
+--                     permit id's grant (sem_acquire.lua)
 --   ':ww:<owner field>'  a writer waits, until this deadline (server ms)
 --                     unless it renews it: new readers queue behind it
 --                     (writer preference); it goes when the writer takes
@@ -80,7 +82,7 @@ local function snapshot(now, kind)
       if d <= now then
         -- This hold's lease ended: it is gone, whoever still waits.
         if is_reader(k) then
-          redis.call('HDEL', KEYS[1], k, ':' .. k)
+          redis.call('HDEL', KEYS[1], k, ':' .. k, ':q:' .. k)
         else
           redis.call('HDEL', KEYS[1], k, ':' .. k, ':token')
           f[':token'] = nil

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use super::{lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use super::{first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::{Kind, LockKeys, Str};
 
 static SEM_ACQUIRE: LazyLock<Script> =
@@ -16,9 +16,15 @@ pub(crate) static SEM_AVAILABLE: LazyLock<Script> =
 
 pub(super) struct Semaphore;
 
+/// The ARGV index (from 0) of the acquire's first-send flag.
+const SEM_FIRST_SEND: usize = 6;
+
 impl Protocol for Semaphore {
     /// Permit ids are unique per acquisition, so the hash itself is the
-    /// replay record: `rec` is not used.
+    /// replay record: `rec` is not used. The request id says which attempt
+    /// of the acquisition holds its grant (an attempt whose reply was lost
+    /// is given back by a re-send in the background, while a later attempt
+    /// may have taken the grant over).
     fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
         let (total, take) = match keys.kind {
             Kind::Permits { total, take } => (total, take),
@@ -33,8 +39,10 @@ impl Protocol for Semaphore {
                 (total as i64).into(),
                 ms(a.lease).into(),
                 lit(a.waiting.arg()),
+                a.request.into(),
+                first_send_flag(!a.resent),
             ],
-            first_send: None,
+            first_send: Some(SEM_FIRST_SEND),
         }
     }
 
