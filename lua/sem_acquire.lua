@@ -12,9 +12,7 @@
 -- ARGV[5]  "0" when the caller only tries, anything else when it waits
 --          (listening on the channel) if refused; "2" also says other
 --          waits of its client listen, so a grant sets ':wait'
--- ARGV[6]  the attempt's request id
--- ARGV[7]  "1" when this request was never sent before, anything else on
---          a re-send (the caller's flag; the grant's request at
+-- ARGV[6]  the attempt's request id (the grant's request at
 --          ':q:<permit id>' tells a re-send from another attempt)
 --
 -- Returns

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
+use super::{lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::{Kind, LockKeys, Str};
 
 static SEM_ACQUIRE: LazyLock<Script> =
@@ -15,9 +15,6 @@ pub(crate) static SEM_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new("available_permits", lua!("sem_available.lua")));
 
 pub(super) struct Semaphore;
-
-/// The ARGV index (from 0) of the acquire's first-send flag.
-const SEM_FIRST_SEND: usize = 6;
 
 impl Protocol for Semaphore {
     /// Permit ids are unique per acquisition, so the hash itself is the
@@ -40,9 +37,8 @@ impl Protocol for Semaphore {
                 ms(a.lease).into(),
                 lit(a.waiting.arg()),
                 a.request.into(),
-                first_send_flag(!a.resent),
             ],
-            first_send: Some(SEM_FIRST_SEND),
+            first_send: None,
         }
     }
 
