@@ -360,10 +360,14 @@ async fn tokens_need_the_write_back() {
             .unwrap();
         assert_eq!(g.token(), 101, "the highest counter wins");
         g.unlock().await.unwrap();
-        // Every granting master now has it, so masters 0 and 1 alone go on from there.
-        for s in &servers {
-            assert_eq!(s.cmd(&["GET", token_key]).as_str(), Some("101"));
-        }
+        // Every granting master now has it (a majority at least: a master
+        // slow to answer is left out of the hold, not waited for), so any
+        // later majority goes on from there.
+        let at_101 = servers
+            .iter()
+            .filter(|s| s.cmd(&["GET", token_key]).as_str() == Some("101"))
+            .count();
+        assert!(at_101 >= 2, "the token reached {at_101} of 3 masters");
         servers[2].pause();
         let g = lock
             .try_lock(Duration::from_secs(1), Duration::from_secs(5))
@@ -472,9 +476,11 @@ async fn reentrancy_and_waiting_work_over_a_quorum() {
         let b = lock.lock().await.unwrap();
         assert_eq!((a.token(), b.depth()), (b.token(), 2));
         assert_eq!(lock.hold_count().await.unwrap(), 2);
-        for s in &servers {
-            assert_eq!(s.cmd(&["HGET", "nested", a.owner().field()]).as_str(), Some("2"));
-        }
+        let at_two = servers
+            .iter()
+            .filter(|s| s.cmd(&["HGET", "nested", a.owner().field()]).as_str() == Some("2"))
+            .count();
+        assert!(at_two >= 2, "depth 2 on {at_two} of 3 masters");
         // A waiter on the other client wakes on the unlock message, long
         // before the watchdog lease (1 s, renewed) would end.
         let waiter_lock = other.lock("nested").unwrap();

@@ -507,8 +507,15 @@ async fn a_quorum_of_masters_keeps_the_rules() {
         let (a, b) = (connect().await, connect().await);
         let ra = a.rw_lock("q").unwrap().read().lock().await.unwrap();
         let rb = b.rw_lock("q").unwrap().read().lock().await.unwrap();
-        for s in &servers {
-            assert_eq!(readers(s, "q").len(), 2);
+        // Each read hold stands on a majority; the third master's grant may
+        // still be settling (a master slow to answer is left out, not waited
+        // for), so only a majority is certain here.
+        for guard in [&ra, &rb] {
+            let on = servers
+                .iter()
+                .filter(|s| readers(s, "q").contains(&guard.owner().field().to_string()))
+                .count();
+            assert!(on >= 2, "a read hold stands on {on} of 3 masters");
         }
         let w = b.rw_lock("q").unwrap().write();
         let waiting = tokio::spawn(async move { w.try_lock(Duration::from_secs(20), LONG).await });
