@@ -3,12 +3,16 @@
 set -euo pipefail
 
 ensure_redis() {
-    if ! command -v "${LOCKWARDEN_REDIS_SERVER:-redis-server}" >/dev/null 2>&1; then
-        echo "redis-server not found: installing it with apt-get" >&2
+    # openssl: tests/tls.rs makes a self-signed certificate the way users do.
+    local missing=()
+    command -v "${LOCKWARDEN_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || missing+=(redis-server)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "${missing[*]} not found: installing with apt-get" >&2
         local sudo=""
         [ "$(id -u)" -eq 0 ] || sudo="sudo"
         $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
     # Debian starts a system service on install; our tests never use it.
 }

@@ -119,7 +119,10 @@ impl ClientBuilder {
     /// another URL, [`ClientBuilder::build`] returns [`Error::Config`].
     /// Without it, a TLS URL is verified against the system's roots.
     /// A server whose certificate is not signed by these CAs, or does not
-    /// name the host of the URL, is refused.
+    /// name the host of the URL, is refused. A server presenting exactly
+    /// one of these certificates, self-signed (as `openssl req -x509` makes
+    /// them, marked as a CA), is accepted: the certificate is pinned, its
+    /// name, validity dates and signature still checked.
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.ca_pem = Some(pem.into());
         self
@@ -371,7 +374,20 @@ impl ClientBuilder {
                 // The message names the server (its URL without credentials).
                 Some(Err(Error::Connection { op, message })) => errors.push(Error::Connection {
                     op,
+                    message: format!("{url}: {message}{}", plain_on_tls_hint(url, &message)),
+                }),
+                Some(Err(Error::Tls { op, message })) => errors.push(Error::Tls {
+                    op,
                     message: format!("{url}: {message}"),
+                }),
+                // A TLS client waits for the server's half of the handshake,
+                // which a plain port never sends.
+                Some(Err(Error::Timeout { .. })) | None if uses_tls(url) => errors.push(Error::Connection {
+                    op: "connect",
+                    message: format!(
+                        "{url}: no answer to the TLS handshake within {connect_timeout:?}; if that port is a plain \
+                         one (not TLS), use redis://"
+                    ),
                 }),
                 Some(Err(Error::Redis { op, kind, message })) => errors.push(Error::Redis {
                     op,
@@ -763,6 +779,29 @@ fn redact_query(query: &str) -> String {
         })
         .collect();
     format!("?{}", params.join("&"))
+}
+
+/// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster
+/// and sentinel forms).
+fn uses_tls(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.starts_with("rediss") || scheme.starts_with("valkeys"))
+}
+
+/// A plain client on a TLS port sees its connection closed at once: say so.
+fn plain_on_tls_hint(url: &str, message: &str) -> &'static str {
+    let closed = [
+        "reset by peer",
+        "Connection closed",
+        "end of file",
+        "early eof",
+        "Broken pipe",
+    ];
+    if !uses_tls(url) && closed.iter().any(|c| message.contains(c)) {
+        " (if that port serves TLS, use rediss://)"
+    } else {
+        ""
+    }
 }
 
 fn is_credential(key: &str) -> bool {

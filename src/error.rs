@@ -110,8 +110,9 @@ pub enum Error {
         last: String,
     },
     /// The TLS handshake failed: the server's certificate is not signed by
-    /// a trusted CA or does not name the URL's host, or the server refused
-    /// the client's certificate. Not retryable: the configuration (CA,
+    /// a trusted CA, has expired or does not name the URL's host, or the
+    /// server refused the client's certificate. The message names the
+    /// server, what was wrong and what to do. Not retryable: the configuration (CA,
     /// certificate, URL) has to change.
     #[error("TLS handshake failed during {op}: {message}")]
     Tls {
@@ -275,7 +276,10 @@ impl Error {
             };
         }
         if is_tls_failure(&e) {
-            return Error::Tls { op, message: details };
+            return Error::Tls {
+                op,
+                message: readable_tls(&details),
+            };
         }
         let kind = match e.kind() {
             K::IO | K::Canceled | K::Routing => {
@@ -311,6 +315,73 @@ fn readable_io(details: &str) -> String {
         Some((message, _)) => format!("{message} (os error {code})"),
         None => details.to_string(),
     }
+}
+
+/// A failed TLS handshake in one sentence with its fix, from rustls's
+/// `Debug` wording as fred passes it on (`Custom { kind: InvalidData,
+/// error: InvalidCertificate(UnknownIssuer) }`); a wording not known here is
+/// kept as it is.
+fn readable_tls(details: &str) -> String {
+    let has = |s: &str| details.contains(s);
+    let text = if has("CaUsedAsEndEntity") {
+        "the server presents a CA certificate as its own (as `openssl req -x509` makes them), which is trusted \
+         only when given as the CA: give exactly that certificate (tls_ca_pem, --tls-ca) to pin it"
+    } else if has("UnknownIssuer") {
+        "the server's certificate is not signed by a CA the client trusts: give the CA that issued it \
+         (tls_ca_pem, --tls-ca)"
+    } else if has("NotValidForName") {
+        return name_mismatch(details);
+    } else if has("NotValidYet") {
+        "the server's certificate is not valid yet: check its start date and the clocks"
+    } else if has("Expired") {
+        "the server's certificate has expired: renew it"
+    } else if has("BadSignature") || has("InvalidSignatureForPublicKey") {
+        "the server's certificate has a signature that does not verify: reissue it"
+    } else if has("CertificateRequired") {
+        "the server requires a client certificate: give one (tls_client_cert_pem, --tls-cert and --tls-key)"
+    } else if has("UnknownCA") || has("BadCertificate") || has("AccessDenied") {
+        "the server refused the client certificate: it must be signed by a CA the server trusts (its \
+         tls-ca-cert-file)"
+    } else if has("InvalidContentType") || has("corrupt message") || has("InvalidMessage") {
+        "the server did not answer in TLS: if its port is a plain one, use redis:// instead of rediss://"
+    } else {
+        return details.to_string();
+    };
+    text.to_string()
+}
+
+/// "the server's certificate does not name localhost (it names
+/// 127.0.0.1)", from `NotValidForNameContext { expected:
+/// DnsName("localhost"), presented: ["IpAddress(127.0.0.1)"] }`.
+fn name_mismatch(details: &str) -> String {
+    // `DnsName("localhost")`, `IpAddress(V4(Ipv4Addr([127, 0, 0, 1])))`,
+    // `"DnsName(\"other.example\")"`: the name inside.
+    let unwrap = |s: &str| -> String {
+        if let Some((_, rest)) = s.split_once("Ipv4Addr([") {
+            let octets = rest.split(']').next().unwrap_or("");
+            return octets.split(',').map(str::trim).collect::<Vec<_>>().join(".");
+        }
+        let s = s.replace(['"', '\\'], "");
+        let inner = s.rsplit_once('(').map_or(s.as_str(), |(_, rest)| rest);
+        inner.trim_end_matches(')').trim().to_string()
+    };
+    let expected = details
+        .split_once("expected: ")
+        .and_then(|(_, rest)| rest.split_once(", presented").map(|(e, _)| unwrap(e)));
+    let presented: Vec<String> = details
+        .split_once("presented: [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(list, _)| list.split(", ").filter(|n| !n.is_empty()).map(unwrap).collect())
+        .unwrap_or_default();
+    let host = expected.map_or("the URL's host".to_string(), |h| h.to_string());
+    let names = if presented.is_empty() {
+        String::new()
+    } else {
+        format!(" (it names {})", presented.join(", "))
+    };
+    format!(
+        "the server's certificate does not name {host}{names}: connect by a name it lists, or reissue it for {host}"
+    )
 }
 
 /// A failed TLS handshake: fred's TLS errors, and rustls's verdicts, which
@@ -361,5 +432,28 @@ mod tests {
             "Connection refused (os error 111)"
         );
         assert_eq!(readable_io("Connection closed."), "Connection closed.");
+    }
+
+    #[test]
+    fn tls_failures_read_as_sentences() {
+        use super::readable_tls;
+        assert_eq!(
+            readable_tls(
+                "Custom { kind: InvalidData, error: InvalidCertificate(NotValidForNameContext { expected: \
+                 DnsName(\"localhost\"), presented: [\"IpAddress(127.0.0.1)\"] }) }"
+            ),
+            "the server's certificate does not name localhost (it names 127.0.0.1): connect by a name it \
+             lists, or reissue it for localhost"
+        );
+        assert_eq!(
+            readable_tls(
+                "InvalidCertificate(NotValidForNameContext { expected: IpAddress(V4(Ipv4Addr([127, 0, 0, 1]))), \
+                 presented: [\"DnsName(\\\"other.example\\\")\"] })"
+            ),
+            "the server's certificate does not name 127.0.0.1 (it names other.example): connect by a name it \
+             lists, or reissue it for 127.0.0.1"
+        );
+        assert!(readable_tls("InvalidCertificate(UnknownIssuer)").contains("not signed by a CA the client trusts"));
+        assert_eq!(readable_tls("something new"), "something new");
     }
 }

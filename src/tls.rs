@@ -108,7 +108,17 @@ impl TlsSettings {
                 }
             }
         }
-        let builder = ClientConfig::builder().with_root_certificates(roots);
+        let builder = match &self.ca_pem {
+            // The given certificates are trusted as CAs and, each one, as the
+            // server's own certificate (pinned).
+            Some(pem) => {
+                let verifier = pinned::Verifier::new(roots, pem)?;
+                ClientConfig::builder()
+                    .dangerous()
+                    .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+            }
+            None => ClientConfig::builder().with_root_certificates(roots),
+        };
         let config = match &self.client_pem {
             None => builder.with_no_client_auth(),
             Some((chain_pem, key_pem)) => {
@@ -127,5 +137,125 @@ impl TlsSettings {
             }
         };
         Ok(config)
+    }
+}
+
+/// Server certificates given as CAs are also accepted as the server's own.
+///
+/// `openssl req -x509` (the usual way to make a certificate for a test or a
+/// private server) makes a self-signed certificate marked as a CA;
+/// `redis-cli --cacert` accepts a server presenting exactly that
+/// certificate, rustls refuses it as "a CA used as an end entity". This
+/// verifier asks rustls first; only when rustls refuses a server
+/// certificate that is byte for byte one of the given ones and signed by
+/// itself does it check that certificate by hand: the host name, the
+/// validity dates and its own signature. The handshake's signatures are
+/// always checked by rustls.
+#[cfg(feature = "tls")]
+mod pinned {
+    use std::sync::Arc;
+
+    use fred::rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use fred::rustls::client::WebPkiServerVerifier;
+    use fred::rustls::pki_types::pem::PemObject;
+    use fred::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use fred::rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+    use crate::error::{Error, Result};
+
+    #[derive(Debug)]
+    pub(super) struct Verifier {
+        webpki: Arc<WebPkiServerVerifier>,
+        /// The given certificates (DER).
+        pinned: Vec<CertificateDer<'static>>,
+    }
+
+    impl Verifier {
+        pub(super) fn new(roots: RootCertStore, ca_pem: &[u8]) -> Result<Verifier> {
+            let webpki = WebPkiServerVerifier::builder(Arc::new(roots))
+                .build()
+                .map_err(|e| Error::Config(format!("TLS CA certificates: {e}")))?;
+            let pinned = CertificateDer::pem_slice_iter(ca_pem)
+                .filter_map(std::result::Result::ok)
+                .collect();
+            Ok(Verifier { webpki, pinned })
+        }
+    }
+
+    /// The checks rustls would make of a server certificate, but for its
+    /// chain: the certificate is one the user gave, and signed by itself
+    /// (else rustls's refusal stands).
+    fn check_pinned(
+        der: &CertificateDer<'_>,
+        name: &ServerName<'_>,
+        now: UnixTime,
+        refused: fred::rustls::Error,
+    ) -> std::result::Result<(), fred::rustls::Error> {
+        let bad = |e: CertificateError| fred::rustls::Error::InvalidCertificate(e);
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+            return Err(refused);
+        };
+        if cert.subject() != cert.issuer() {
+            return Err(refused);
+        }
+        cert.verify_signature(None)
+            .map_err(|_| bad(CertificateError::BadSignature))?;
+        let now = now.as_secs() as i64;
+        let validity = cert.validity();
+        if now < validity.not_before.timestamp() {
+            return Err(bad(CertificateError::NotValidYet));
+        }
+        if now > validity.not_after.timestamp() {
+            return Err(bad(CertificateError::Expired));
+        }
+        let parsed = fred::rustls::server::ParsedCertificate::try_from(der)?;
+        fred::rustls::client::verify_server_name(&parsed, name)
+    }
+
+    impl ServerCertVerifier for Verifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp_response: &[u8],
+            now: UnixTime,
+        ) -> std::result::Result<ServerCertVerified, fred::rustls::Error> {
+            let refused =
+                match self
+                    .webpki
+                    .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+                {
+                    Ok(verified) => return Ok(verified),
+                    Err(e) => e,
+                };
+            if !self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+                return Err(refused);
+            }
+            check_pinned(end_entity, server_name, now, refused)?;
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, fred::rustls::Error> {
+            self.webpki.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, fred::rustls::Error> {
+            self.webpki.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.webpki.supported_verify_schemes()
+        }
     }
 }

@@ -91,10 +91,22 @@ fn free_port() -> u16 {
 /// certificate signed by `ca`.
 fn tls_server(files: &Files, ca: &Ca, names: &[&str], require_client: bool) -> (RedisServer, u16) {
     let (cert, key) = ca.issue(names, false);
+    tls_server_presenting(files, &cert, &key, &ca.pem(), require_client)
+}
+
+/// A server whose TLS port presents `cert` (PEM, with its `key`) and asks
+/// clients, if `require_client`, for a certificate signed by `client_ca`.
+fn tls_server_presenting(
+    files: &Files,
+    cert: &str,
+    key: &str,
+    client_ca: &str,
+    require_client: bool,
+) -> (RedisServer, u16) {
     let n = free_port();
-    let cert_file = files.write(&format!("server-{n}.pem"), &cert);
-    let key_file = files.write(&format!("server-{n}.key"), &key);
-    let ca_file = files.write(&format!("ca-{n}.pem"), &ca.pem());
+    let cert_file = files.write(&format!("server-{n}.pem"), cert);
+    let key_file = files.write(&format!("server-{n}.key"), key);
+    let ca_file = files.write(&format!("ca-{n}.pem"), client_ca);
     let tls_port = free_port().to_string();
     let server = RedisServer::start_with(&[
         "--tls-port",
@@ -203,7 +215,7 @@ async fn a_server_that_requires_client_certificates_refuses_a_client_without_one
             .await;
         let e = r.expect_err("refused without a client certificate");
         assert!(
-            matches!(&e, Error::Tls { message, .. } if message.contains("CertificateRequired")),
+            matches!(&e, Error::Tls { message, .. } if message.contains("the server requires a client certificate: give one")),
             "{e:?}"
         );
         assert!(!e.is_retryable());
@@ -397,6 +409,215 @@ async fn sentinel_over_tls() {
         let c = Client::builder(&url).tls_ca_pem(ca.pem()).build().await.unwrap();
         lock_and_unlock(&c).await;
         assert_eq!(master.keys("lockwarden:{tls}:token").len(), 1);
+    })
+    .await
+}
+
+/// A self-signed certificate for 127.0.0.1 made the way people make one
+/// (`openssl req -x509`, which marks it CA:TRUE), and its key, PEM.
+fn openssl_self_signed(files: &Files, tag: &str) -> (String, String) {
+    let cert = files.dir.join(format!("{tag}.pem"));
+    let key = files.dir.join(format!("{tag}.key"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .args([
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .output()
+        .expect("openssl runs (apt-get install openssl)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (
+        std::fs::read_to_string(cert).unwrap(),
+        std::fs::read_to_string(key).unwrap(),
+    )
+}
+
+/// `pem` with the last byte of its signature changed, through `openssl x509`
+/// (which does not check signatures when converting).
+fn tampered(files: &Files, pem: &str) -> String {
+    let (pem_file, der_file) = (files.write("to-tamper.pem", pem), files.dir.join("tampered.der"));
+    let convert = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("openssl").arg("x509").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    convert(&[
+        "-in".as_ref(),
+        pem_file.as_ref(),
+        "-outform".as_ref(),
+        "DER".as_ref(),
+        "-out".as_ref(),
+        der_file.as_os_str(),
+    ]);
+    let mut der = std::fs::read(&der_file).unwrap();
+    *der.last_mut().unwrap() ^= 0x5a;
+    std::fs::write(&der_file, der).unwrap();
+    let out_file = files.dir.join("tampered.pem");
+    convert(&[
+        "-inform".as_ref(),
+        "DER".as_ref(),
+        "-in".as_ref(),
+        der_file.as_os_str(),
+        "-out".as_ref(),
+        out_file.as_os_str(),
+    ]);
+    std::fs::read_to_string(out_file).unwrap()
+}
+
+async fn connect_err(url: &str, ca: Option<&str>) -> Error {
+    let mut b = Client::builder(url)
+        .connect_timeout(Duration::from_secs(1))
+        .retry_transient_for(Duration::ZERO);
+    if let Some(ca) = ca {
+        b = b.tls_ca_pem(ca.to_string());
+    }
+    b.build().await.expect_err("refused")
+}
+
+/// `redis-cli --tls --cacert cert.pem` accepts a server presenting exactly
+/// cert.pem, a self-signed CA:TRUE certificate; so does lockwarden (the
+/// certificate is pinned), keeping the checks of its name, its dates and
+/// its signature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_certificate_made_by_openssl_is_pinned() {
+    bounded(Duration::from_secs(60), async {
+        let files = Files::new();
+        let (cert, key) = openssl_self_signed(&files, "self");
+        let (_server, port) = tls_server_presenting(&files, &cert, &key, &cert, false);
+        let c = Client::builder(&format!("rediss://127.0.0.1:{port}"))
+            .tls_ca_pem(cert.clone())
+            .build()
+            .await
+            .unwrap();
+        lock_and_unlock(&c).await;
+
+        // The name is still checked: the certificate names 127.0.0.1 only.
+        let e = connect_err(&format!("rediss://localhost:{port}"), Some(&cert)).await;
+        assert!(
+            matches!(&e, Error::Tls { message, .. } if message.contains("does not name localhost (it names 127.0.0.1)")),
+            "{e}"
+        );
+        // Not given: refused, saying how to pin it.
+        let e = connect_err(&format!("rediss://127.0.0.1:{port}"), None).await;
+        assert!(
+            matches!(&e, Error::Tls { message, .. } if message.contains("give exactly that certificate")),
+            "{e}"
+        );
+        // Its signature is still checked: a server presenting a copy whose
+        // signature was altered is refused, given that very copy.
+        let bad = tampered(&files, &cert);
+        let (_tampered, tampered_port) = tls_server_presenting(&files, &bad, &key, &cert, false);
+        let e = connect_err(&format!("rediss://127.0.0.1:{tampered_port}"), Some(&bad)).await;
+        assert!(
+            matches!(&e, Error::Tls { message, .. } if message.contains("signature that does not verify")),
+            "{e}"
+        );
+        // Its dates are still checked: an expired self-signed CA
+        // certificate, given, is refused.
+        let expired_key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 6, 1);
+        let expired = params.self_signed(&expired_key).unwrap().pem();
+        let (_old, old_port) =
+            tls_server_presenting(&files, &expired, &expired_key.serialize_pem(), &expired, false);
+        let e = connect_err(&format!("rediss://127.0.0.1:{old_port}"), Some(&expired)).await;
+        assert!(
+            matches!(&e, Error::Tls { message, .. } if message.contains("has expired")),
+            "{e}"
+        );
+    })
+    .await
+}
+
+/// The same through the command: `--tls-ca cert.pem` with the openssl-made
+/// certificate works; a wrong host name is one line naming the fix.
+#[test]
+fn the_command_pins_a_self_signed_certificate() {
+    let files = Files::new();
+    let (cert, key) = openssl_self_signed(&files, "cli-self");
+    let (_server, port) = tls_server_presenting(&files, &cert, &key, &cert, false);
+    let ca_file = files.write("cli-self-ca.pem", &cert);
+    let run = |host: &str| {
+        Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+            .env_remove("LOCKWARDEN_REDIS")
+            .args(["--redis", &format!("rediss://{host}:{port}"), "--tls-ca", &ca_file])
+            .args(["run", "tls-self", "--wait", "5s", "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let ok = run("127.0.0.1");
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let wrong = run("localhost");
+    assert_eq!(wrong.status.code(), Some(69));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("does not name localhost"), "{stderr}");
+}
+
+/// Each way a TLS connection goes wrong reads as one line that names the
+/// server and says what was wrong and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tls_failure_is_one_line_with_its_fix() {
+    bounded(Duration::from_secs(60), async {
+        let files = Files::new();
+        let ca = Ca::new("lockwarden test CA");
+        let stranger = Ca::new("nobody trusts this CA");
+        let (_a, untrusted) = tls_server(&files, &stranger, &["127.0.0.1"], false);
+        let (_b, elsewhere) = tls_server(&files, &ca, &["other.example"], false);
+        let (plain, _) = tls_server(&files, &ca, &["127.0.0.1"], false);
+        let (_c, tls_port) = tls_server(&files, &ca, &["127.0.0.1"], false);
+        let (self_cert, self_key) = openssl_self_signed(&files, "unpinned");
+        let (_d, self_port) = tls_server_presenting(&files, &self_cert, &self_key, &self_cert, false);
+        let cases = [
+            (
+                format!("rediss://127.0.0.1:{untrusted}"),
+                Some(ca.pem()),
+                "is not signed by a CA the client trusts: give the CA",
+            ),
+            (
+                format!("rediss://127.0.0.1:{elsewhere}"),
+                Some(ca.pem()),
+                "does not name 127.0.0.1 (it names other.example)",
+            ),
+            (
+                format!("rediss://127.0.0.1:{self_port}"),
+                Some(ca.pem()),
+                "a CA certificate as its own",
+            ),
+            (
+                format!("redis://127.0.0.1:{tls_port}"),
+                None,
+                "if that port serves TLS, use rediss://",
+            ),
+            (
+                plain.url().replace("redis://", "rediss://"),
+                Some(ca.pem()),
+                "if that port is a plain one (not TLS), use redis://",
+            ),
+        ];
+        for (url, ca, want) in cases {
+            let e = connect_err(&url, ca.as_deref()).await;
+            let text = e.to_string();
+            assert!(text.contains(want), "{url}: {text}");
+            assert!(
+                text.contains(url.trim_start_matches("rediss://").trim_start_matches("redis://")),
+                "{text}"
+            );
+            assert!(
+                !text.contains('\n') && !text.contains("Custom {") && !text.contains("kind:"),
+                "{text}"
+            );
+        }
     })
     .await
 }

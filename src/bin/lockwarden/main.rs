@@ -28,7 +28,8 @@ struct Cli {
     #[arg(long, value_name = "P", default_value = "", global = true)]
     prefix: String,
     /// TLS (rediss:// URLs): trust the CA certificates in FILE (PEM)
-    /// instead of the system's roots.
+    /// instead of the system's roots; a self-signed server certificate
+    /// given here is accepted as the server's own.
     #[arg(long, value_name = "FILE", global = true)]
     tls_ca: Option<std::path::PathBuf>,
     /// TLS: present the client certificate in FILE (PEM, leaf first), for
