@@ -394,11 +394,14 @@ impl ClientBuilder {
                     kind,
                     message: format!("{url}: {message}"),
                 }),
-                Some(Err(e)) => errors.push(e),
-                None => errors.push(Error::Timeout {
+                Some(Err(Error::Timeout { .. })) | None => errors.push(Error::Connection {
                     op: "connect",
-                    timeout: connect_timeout,
+                    message: format!(
+                        "{url}: no answer within {connect_timeout:?}; check that the server is up and the address \
+                         right"
+                    ),
                 }),
+                Some(Err(e)) => errors.push(e),
             }
         }
         if up < crate::quorum::majority(n) {

@@ -13,7 +13,7 @@ pub enum Error {
     /// The lock is not held by this owner: it was never taken, its lease ran
     /// out, it was force-unlocked, or it belongs to someone else. Nothing was
     /// changed in Redis.
-    #[error("lock {name:?} is not held by this owner (never taken, lease ran out, or force-unlocked)")]
+    #[error("lock {name:?} is not held by this owner (never taken, lease ran out, or force-unlocked): take it again before touching what it protects")]
     NotHeld {
         /// The lock's name.
         name: String,
@@ -22,14 +22,14 @@ pub enum Error {
     /// holds its read side (and not its write side): the write lock waits
     /// for every reader to leave, this owner included, so it would wait
     /// forever. Release the read holds first. Nothing was changed in Redis.
-    #[error("the write lock of {key:?} was asked for by an owner holding its read lock: it would wait for itself")]
+    #[error("the write lock of {key:?} was asked for by an owner holding its read lock, so it would wait for itself: release the read lock first")]
     WouldDeadlock {
         /// The lock's key.
         key: String,
     },
     /// The key at the lock's name (or one of its companion keys) holds a value
     /// of another type; it was left untouched.
-    #[error("key {key:?} holds a value that is not a lockwarden lock ({found}); it was left untouched")]
+    #[error("key {key:?} holds a value that is not a lockwarden lock ({found}) and was left untouched: use a name no other program writes")]
     WrongType {
         /// The Redis key.
         key: String,
@@ -41,7 +41,7 @@ pub enum Error {
     /// name is one kind while it is held. Nothing was changed in Redis;
     /// once the other kind's holders are gone the name is free for any
     /// kind.
-    #[error("lock {key:?} is held as a {found}, which this handle's kind cannot share; it was left untouched")]
+    #[error("lock {key:?} is held as a {found}, which this handle's kind cannot share, and was left untouched: use one kind per name")]
     WrongKind {
         /// The lock's key.
         key: String,
@@ -84,7 +84,7 @@ pub enum Error {
     /// A Redis command did not answer within the command timeout. The command
     /// may still have run; lockwarden undoes or bounds its effect (see the
     /// operation's documentation).
-    #[error("redis did not answer {op} within {timeout:?}")]
+    #[error("redis did not answer {op} within {timeout:?}: the server is down, unreachable or overloaded (retry, or raise the timeout)")]
     Timeout {
         /// The operation that timed out.
         op: &'static str,
@@ -122,7 +122,7 @@ pub enum Error {
         message: String,
     },
     /// The server refused the command.
-    #[error("redis refused {op} ({kind:?}): {message}")]
+    #[error("redis refused {op}: {message}{}", kind.fix())]
     Redis {
         /// The operation that failed.
         op: &'static str,
@@ -165,6 +165,29 @@ pub enum RedisErrorKind {
     Cluster,
     /// Anything else.
     Other,
+}
+
+impl RedisErrorKind {
+    /// What to do about it, as the end of a sentence ("" when nothing is
+    /// to be done but to retry).
+    fn fix(self) -> &'static str {
+        match self {
+            RedisErrorKind::NoPermission => {
+                " (give the ACL user lockwarden's commands, its keys and the channels `&lockwarden:*`; see the \
+                 README's ACL note)"
+            }
+            RedisErrorKind::Auth => " (check the user name and password in the URL)",
+            RedisErrorKind::ReadOnly => " (the URL names a replica: give the master, or use Sentinel)",
+            RedisErrorKind::OutOfMemory => " (free memory on the server or raise its maxmemory)",
+            RedisErrorKind::Busy => " (a script or a load is running on the server: retry)",
+            RedisErrorKind::MasterDown => " (a failover is under way: retry)",
+            RedisErrorKind::NotReplicated | RedisErrorKind::NotPersisted => {
+                " (check the replicas, or raise the confirmation timeout)"
+            }
+            RedisErrorKind::Cluster => " (the cluster is changing its slots: retry)",
+            RedisErrorKind::Other => "",
+        }
+    }
 }
 
 impl Error {
@@ -294,11 +317,12 @@ impl Error {
             K::Cluster => RedisErrorKind::Cluster,
             _ => classify(&details),
         };
-        Error::Redis {
-            op,
-            kind,
-            message: details,
-        }
+        let message = if key.is_empty() {
+            details
+        } else {
+            format!("{details} (key {key:?})")
+        };
+        Error::Redis { op, kind, message }
     }
 }
 

@@ -430,3 +430,99 @@ async fn credentials_never_show_in_errors_or_debug() {
     })
     .await
 }
+
+/// Each error reads as one sentence naming what failed (the server, the
+/// key) and, where there is one, the fix; never a `Debug` dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_name_what_failed_and_the_fix() {
+    bounded(Duration::from_secs(60), async {
+        let readable = |text: &str| {
+            assert!(
+                !text.contains('\n') && !text.contains("Os {") && !text.contains("kind:"),
+                "{text}"
+            );
+        };
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let e = Client::builder(&format!("redis://127.0.0.1:{closed}"))
+            .retry_transient_for(Duration::ZERO)
+            .build()
+            .await
+            .unwrap_err()
+            .to_string();
+        readable(&e);
+        assert!(
+            e.contains(&format!("127.0.0.1:{closed}")) && e.contains("Connection refused"),
+            "{e}"
+        );
+
+        // A server that never answers: the message names it too.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_port = silent.local_addr().unwrap().port();
+        let e = Client::builder(&format!("redis://127.0.0.1:{silent_port}"))
+            .connect_timeout(Duration::from_millis(300))
+            .retry_transient_for(Duration::ZERO)
+            .build()
+            .await
+            .unwrap_err()
+            .to_string();
+        readable(&e);
+        assert!(
+            e.contains(&format!("127.0.0.1:{silent_port}")) && e.contains("check that the server is up"),
+            "{e}"
+        );
+
+        let server = RedisServer::start();
+        server.cmd(&[
+            "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
+        ]);
+        let c = Client::connect(&format!("redis://noeval:pw@127.0.0.1:{}", server.port))
+            .await
+            .unwrap();
+        let e = c
+            .lock("perm")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap_err()
+            .to_string();
+        readable(&e);
+        assert!(e.contains("\"perm\"") && e.contains("give the ACL user"), "{e}");
+
+        let c = Client::connect(&server.url()).await.unwrap();
+        let held = c.lock("kinds").unwrap().lock().await.unwrap();
+        let e = c
+            .semaphore("kinds", 2)
+            .unwrap()
+            .try_acquire(Duration::ZERO, LONG)
+            .await
+            .unwrap_err()
+            .to_string();
+        readable(&e);
+        assert!(e.contains("\"kinds\"") && e.contains("use one kind per name"), "{e}");
+        held.unlock().await.unwrap();
+
+        server.cmd(&["SET", "plain", "x"]);
+        let e = c
+            .lock("plain")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap_err()
+            .to_string();
+        readable(&e);
+        assert!(
+            e.contains("\"plain\"") && e.contains("use a name no other program writes"),
+            "{e}"
+        );
+
+        let g = c.lock("gone").unwrap().lock().await.unwrap();
+        c.lock("gone").unwrap().force_unlock().await.unwrap();
+        let e = g.unlock().await.unwrap_err().to_string();
+        readable(&e);
+        assert!(e.contains("\"gone\"") && e.contains("take it again"), "{e}");
+    })
+    .await
+}
