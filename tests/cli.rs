@@ -1071,3 +1071,95 @@ fn a_command_without_the_double_dash_is_explained() {
     assert!(err.contains("after `--`") && err.contains("job echo hi"), "{err}");
     assert_eq!(server.cmd(&["EXISTS", "job"]).as_int(), Some(0), "nothing was locked");
 }
+
+#[test]
+fn help_groups_the_options_and_the_man_page_is_one_whole_page() {
+    let help = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let run = help(&["run", "--help"]);
+    let at = |text: &str, what: &str| text.find(what).unwrap_or_else(|| panic!("{what} in {text}"));
+    let (lock, run_opts, conn, tls) = (
+        at(&run, "Lock options:"),
+        at(&run, "Run options:"),
+        at(&run, "Connection options:"),
+        at(&run, "TLS options:"),
+    );
+    for (flag, from, to) in [
+        ("--wait", lock, run_opts),
+        ("--permits", lock, run_opts),
+        ("--kill-grace", run_opts, conn),
+        ("--redis", conn, tls),
+        ("--tls-ca", tls, run.len()),
+    ] {
+        let i = at(&run, flag);
+        assert!(from < i && i < to, "{flag} under its heading: {run}");
+    }
+    for cmd in [&["man", "--help"][..], &["completions", "--help"][..]] {
+        let text = help(cmd);
+        assert!(
+            !text.contains("--redis") && !text.contains("--tls-ca"),
+            "{cmd:?}: {text}"
+        );
+    }
+    let top = help(&["--help"]);
+    let bench = top.lines().find(|l| l.trim_start().starts_with("bench")).unwrap();
+    assert!(bench.len() < 100, "{bench}");
+
+    let page = help(&["man"]);
+    assert!(!page.contains("lockwarden-"), "no page of its own is referred to");
+    assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
+    for code in ["64", "69", "70", "75", "128 + N"] {
+        assert!(page.contains(&format!("\\fB{code}\\fR")), "exit code {code}");
+    }
+    for sub in ["run", "status", "list", "unlock", "bench"] {
+        assert!(page.contains(&format!(".SS \"lockwarden {sub}\"")), "{sub}");
+    }
+
+    // `lock` is not a command, and `unlock` (which breaks a lock) is not
+    // what was meant.
+    let o = Command::new(BIN).args(["lock", "foo"]).output().unwrap();
+    assert_eq!(code(&o), 64);
+    assert!(
+        !stderr(&o).contains("unlock") && stderr(&o).contains("lockwarden run NAME -- CMD"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn connection_options_go_before_or_after_the_command() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let o = Command::new(BIN)
+        .env_remove("LOCKWARDEN_REDIS")
+        .args(["run", "after", "--redis", &url, "--prefix", "p:", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Given both ways, the one after the command counts.
+    let o = Command::new(BIN)
+        .env_remove("LOCKWARDEN_REDIS")
+        .args([
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--prefix",
+            "q:",
+            "run",
+            "both",
+            "--redis",
+            &url,
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let keys = server.keys("*");
+    assert!(
+        keys.iter().any(|k| k.contains("{p:after}")) && keys.iter().any(|k| k.contains("{q:both}")),
+        "{keys:?}"
+    );
+}

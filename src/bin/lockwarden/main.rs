@@ -19,60 +19,109 @@ pub const EX_TEMPFAIL: i32 = 75;
 #[derive(Parser, Debug)]
 #[command(name = "lockwarden", version, about = "Distributed locks over Redis, from the shell")]
 struct Cli {
-    /// Redis URL; repeat it for a quorum of independent masters (an odd
-    /// number, majority wins). Default: $LOCKWARDEN_REDIS (comma-separated),
-    /// else redis://127.0.0.1:6379.
-    #[arg(long = "redis", value_name = "URL", global = true)]
-    redis: Vec<String>,
-    /// Prefix put before every lock name to form its key.
-    #[arg(long, value_name = "P", default_value = "", global = true)]
-    prefix: String,
-    /// TLS (rediss:// URLs): trust the CA certificates in FILE (PEM)
-    /// instead of the system's roots; a self-signed server certificate
-    /// given here is accepted as the server's own.
-    #[arg(long, value_name = "FILE", global = true)]
-    tls_ca: Option<std::path::PathBuf>,
-    /// TLS: present the client certificate in FILE (PEM, leaf first), for
-    /// servers that require one; needs --tls-key.
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
-    tls_cert: Option<std::path::PathBuf>,
-    /// TLS: the private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
-    tls_key: Option<std::path::PathBuf>,
-    /// Count an acquisition or a renewal only once N replicas acknowledged
-    /// it (WAIT), so a failover cannot hand the lock to a second holder.
-    #[arg(long, value_name = "N", global = true)]
-    min_replicas: Option<u32>,
-    /// Count an acquisition or a renewal only once the master's own
-    /// append-only file has it on disk (WAITAOF; Redis 7.2 or later, with
-    /// appendonly yes), so a restart cannot lose it.
-    #[arg(long, global = true)]
-    aof_local: bool,
-    /// Count an acquisition or a renewal only once N replicas have it in
-    /// their append-only files on disk (WAITAOF; Redis 7.2 or later).
-    #[arg(long, value_name = "N", global = true)]
-    aof_replicas: Option<u32>,
-    /// How long --min-replicas, --aof-local and --aof-replicas wait for
-    /// their confirmations.
-    #[arg(long, value_name = "D", value_parser = duration, default_value = "500ms", global = true)]
-    replica_timeout: Duration,
+    #[command(flatten)]
+    conn: Conn,
     /// Log to stderr: -v debug, -vv trace.
-    #[arg(short, long, action = ArgAction::Count, global = true)]
+    #[arg(short, long, action = ArgAction::Count, global = true, help_heading = "Output options")]
     verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
 
+/// Where Redis is and how to talk to it: accepted before the command
+/// (`lockwarden --redis URL run ...`) and after it, by the commands that
+/// connect; not by `man` and `completions`.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Connection options")]
+struct Conn {
+    /// Redis URL; repeat it for a quorum of independent masters (an odd
+    /// number, majority wins). Default: $LOCKWARDEN_REDIS (comma-separated),
+    /// else redis://127.0.0.1:6379.
+    #[arg(long = "redis", value_name = "URL")]
+    redis: Vec<String>,
+    /// Prefix put before every lock name to form its key (default: none).
+    #[arg(long, value_name = "P")]
+    prefix: Option<String>,
+    /// Count an acquisition or a renewal only once N replicas acknowledged
+    /// it (WAIT), so a failover cannot hand the lock to a second holder.
+    #[arg(long, value_name = "N")]
+    min_replicas: Option<u32>,
+    /// Count an acquisition or a renewal only once the master's own
+    /// append-only file has it on disk (WAITAOF; Redis 7.2 or later, with
+    /// appendonly yes), so a restart cannot lose it.
+    #[arg(long)]
+    aof_local: bool,
+    /// Count an acquisition or a renewal only once N replicas have it in
+    /// their append-only files on disk (WAITAOF; Redis 7.2 or later).
+    #[arg(long, value_name = "N")]
+    aof_replicas: Option<u32>,
+    /// How long --min-replicas, --aof-local and --aof-replicas wait for
+    /// their confirmations (default: 500ms).
+    #[arg(long, value_name = "D", value_parser = duration)]
+    replica_timeout: Option<Duration>,
+    #[command(flatten)]
+    tls: Tls,
+}
+
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "TLS options")]
+struct Tls {
+    /// Trust the CA certificates in FILE (PEM) instead of the system's
+    /// roots (rediss:// URLs); a self-signed server certificate given here
+    /// is accepted as the server's own.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Present the client certificate in FILE (PEM, leaf first), for
+    /// servers that require one; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+}
+
+impl Conn {
+    /// These options given after the command, completed by those given
+    /// before it.
+    fn or(self, before: Conn) -> Conn {
+        Conn {
+            redis: if self.redis.is_empty() {
+                before.redis
+            } else {
+                self.redis
+            },
+            prefix: self.prefix.or(before.prefix),
+            min_replicas: self.min_replicas.or(before.min_replicas),
+            aof_local: self.aof_local || before.aof_local,
+            aof_replicas: self.aof_replicas.or(before.aof_replicas),
+            replica_timeout: self.replica_timeout.or(before.replica_timeout),
+            tls: Tls {
+                tls_ca: self.tls.tls_ca.or(before.tls.tls_ca),
+                tls_cert: self.tls.tls_cert.or(before.tls.tls_cert),
+                tls_key: self.tls.tls_key.or(before.tls.tls_key),
+            },
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Acquire NAME, run CMD while holding it, release it when CMD exits.
-    Run(RunArgs),
+    Run {
+        #[command(flatten)]
+        args: RunArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Show one lock: holders, reentry counts, remaining lease, last token, queue.
     Status {
+        /// The lock's name (without the key prefix).
         name: String,
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        conn: Conn,
     },
     /// Show every lock under the prefix.
     List {
@@ -82,6 +131,8 @@ enum Command {
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        conn: Conn,
     },
     /// Delete a lock whoever holds it, and wake its waiters.
     Unlock {
@@ -90,14 +141,22 @@ enum Command {
         force: bool,
         /// The lock's name (without the key prefix).
         name: String,
+        #[command(flatten)]
+        conn: Conn,
     },
-    /// Run the benchmark workloads against the given server: W1 one task
-    /// locking and unlocking one key; W2 32 tasks on distinct keys; W3 8
-    /// clients handing one key around (non-fair); W4 W1 over 5 masters (give
-    /// --redis five times); W5 W3 with the fair lock; W6 the watchdog holding
-    /// 10,000 locks. The limits (PING, a bare script) are measured first, in
-    /// the same run.
-    Bench(bench::BenchArgs),
+    /// Measure lock and unlock rates and latencies on this deployment.
+    ///
+    /// Workloads: W1 one task locking and unlocking one key; W2 32 tasks on
+    /// distinct keys; W3 8 clients handing one key around (non-fair); W4 W1
+    /// over 5 masters (give --redis five times); W5 W3 with the fair lock;
+    /// W6 the watchdog holding 10,000 locks. The limits (PING, a bare
+    /// script) are measured first, in the same run.
+    Bench {
+        #[command(flatten)]
+        args: bench::BenchArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Print a completion script for SHELL (bash, zsh, fish, elvish,
     /// powershell), e.g. `lockwarden completions bash > /etc/bash_completion.d/lockwarden`.
     Completions {
@@ -115,36 +174,36 @@ pub struct RunArgs {
     #[arg(required = true, value_name = "NAME")]
     pub names: Vec<String>,
     /// Give up after waiting this long (exit 75). Default: wait until acquired.
-    #[arg(long, value_name = "D", value_parser = duration)]
+    #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration)]
     pub wait: Option<Duration>,
     /// A fixed lease, never renewed; the command is stopped when it runs out.
-    #[arg(long, value_name = "D", value_parser = duration, conflicts_with = "watchdog_lease")]
+    #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration, conflicts_with = "watchdog_lease")]
     pub lease: Option<Duration>,
     /// The watchdog lease, renewed every third of it while CMD runs.
-    #[arg(long, value_name = "D", value_parser = duration, default_value = "30s")]
+    #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration, default_value = "30s")]
     pub watchdog_lease: Duration,
     /// Use the fair (FIFO) lock.
-    #[arg(long, conflicts_with_all = ["shared", "exclusive"])]
+    #[arg(long, help_heading = "Lock options", conflicts_with_all = ["shared", "exclusive"])]
     pub fair: bool,
     /// Take the read side of the read-write lock NAME: any number of
     /// `--shared` runs at once, none while an `--exclusive` one runs.
-    #[arg(long, conflicts_with = "exclusive")]
+    #[arg(long, help_heading = "Lock options", conflicts_with = "exclusive")]
     pub shared: bool,
     /// Take the write side of the read-write lock NAME: alone, with no
     /// `--shared` run. A waiting `--exclusive` run holds new `--shared` runs
     /// back.
-    #[arg(long, conflicts_with = "permits")]
+    #[arg(long, help_heading = "Lock options", conflicts_with = "permits")]
     pub exclusive: bool,
     /// Take one permit of the semaphore NAME of N permits: at most N such
     /// runs at once. The command sees its permit id in LOCKWARDEN_PERMIT.
-    #[arg(long, value_name = "N", conflicts_with_all = ["fair", "shared"])]
+    #[arg(long, help_heading = "Lock options", value_name = "N", conflicts_with_all = ["fair", "shared"])]
     pub permits: Option<u32>,
     /// Time between SIGTERM and SIGKILL to CMD's process group when the lock
     /// is lost or at risk. Termination starts this long (plus a margin of a
     /// tenth of the lease, at most 1 s) before the lock's validity ends, so
     /// it must fit in half the watchdog lease, or in the fixed lease.
     /// Default: 10 s, or half of what fits for a shorter lease.
-    #[arg(long, value_name = "D", value_parser = duration)]
+    #[arg(long, value_name = "D", value_parser = duration, help_heading = "Run options")]
     pub kill_grace: Option<Duration>,
     /// The command and its arguments (after `--`).
     // Not `required` for clap: a missing command gets our own message,
@@ -152,6 +211,81 @@ pub struct RunArgs {
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
+
+/// The whole man page, one page: the commands are sections of it (no
+/// `lockwarden-run(1)` pages to look for), then the exit codes and the
+/// environment.
+fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut root = <Cli as clap::CommandFactory>::command();
+    root.build();
+    let man = clap_mangen::Man::new(root.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    writeln!(out, ".SH COMMANDS")?;
+    for sub in root.get_subcommands().filter(|s| s.get_name() != "help") {
+        writeln!(out, ".SS \"lockwarden {}\"", sub.get_name())?;
+        let man = clap_mangen::Man::new(sub.clone());
+        // Each part is rendered as a section of its own; here they are
+        // paragraphs of the command's subsection.
+        let mut part = Vec::new();
+        man.render_synopsis_section(&mut part)?;
+        man.render_description_section(&mut part)?;
+        man.render_options_section(&mut part)?;
+        // The connection, TLS and output options are those above.
+        let mut skipping = false;
+        for line in String::from_utf8_lossy(&part).lines() {
+            let Some(heading) = line.strip_prefix(".SH ").map(|h| h.trim_matches('"')) else {
+                if !skipping {
+                    writeln!(out, "{line}")?;
+                }
+                continue;
+            };
+            skipping = ["CONNECTION OPTIONS", "TLS OPTIONS", "OUTPUT OPTIONS"].contains(&heading);
+            match heading {
+                "SYNOPSIS" | "DESCRIPTION" => writeln!(out, ".PP")?,
+                _ if skipping => {}
+                _ => writeln!(out, ".PP\n\\fB{heading}\\fR")?,
+            }
+        }
+    }
+    out.write_all(EXIT_STATUS_AND_ENVIRONMENT.as_bytes())?;
+    man.render_version_section(out)
+}
+
+/// The man page's EXIT STATUS and ENVIRONMENT sections (roff).
+const EXIT_STATUS_AND_ENVIRONMENT: &str = r#".SH "EXIT STATUS"
+.TP
+\fBCMD's status\fR
+\fBrun\fR: CMD ran and exited (128 + N when killed by signal N; 127 when CMD was not found).
+.TP
+\fB0\fR
+The other commands: done.
+.TP
+\fB64\fR
+Usage error: bad arguments, a bad lock name or duration, a key that is not a lockwarden lock or is held as another kind.
+.TP
+\fB69\fR
+Redis unreachable or refusing (or replicas and disks not confirming) for the whole \fB--wait\fR; one line on stderr names the failure.
+.TP
+\fB70\fR
+\fBrun\fR: the lock was lost, or at risk, while CMD ran (CMD was stopped), or was found lost when CMD ended.
+.TP
+\fB75\fR
+\fBrun\fR: not acquired within \fB--wait\fR.
+.TP
+\fB128 + N\fR
+\fBrun\fR: lockwarden got signal N while still waiting for the lock.
+.SH ENVIRONMENT
+.TP
+\fBLOCKWARDEN_REDIS\fR
+The Redis URLs (comma-separated) when no \fB--redis\fR is given.
+.TP
+\fBLOCKWARDEN_LOCK\fR, \fBLOCKWARDEN_TOKEN\fR, \fBLOCKWARDEN_PERMIT\fR
+Set by \fBrun\fR for CMD: the lock's name (several names: the first), its fencing token, a semaphore permit's id.
+"#;
 
 /// Parses `500ms`, `10s`, `2m`, `1h 30m`.
 pub fn duration(s: &str) -> Result<Duration, String> {
@@ -162,6 +296,21 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
+            // clap would suggest `unlock` (which breaks a lock) for `lock`:
+            // say what holds a lock instead.
+            if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
+                if let Some(clap::error::ContextValue::String(word)) =
+                    e.get(clap::error::ContextKind::InvalidSubcommand)
+                {
+                    if ["lock", "acquire", "exec", "with", "hold"].contains(&word.as_str()) {
+                        eprintln!(
+                            "lockwarden: there is no `{word}` command; to hold a lock while a command runs: \
+                             lockwarden run NAME -- CMD [ARGS...]"
+                        );
+                        std::process::exit(EX_USAGE);
+                    }
+                }
+            }
             let code = if e.use_stderr() { EX_USAGE } else { 0 };
             let _ = e.print();
             std::process::exit(code);
@@ -175,8 +324,7 @@ fn main() {
             return;
         }
         Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            let code = match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+            let code = match man_page(&mut std::io::stdout()) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("lockwarden: cannot write the man page: {e}");
@@ -219,59 +367,81 @@ fn main() {
 }
 
 async fn dispatch(cli: Cli) -> i32 {
-    let urls = if cli.redis.is_empty() {
-        std::env::var("LOCKWARDEN_REDIS")
-            .ok()
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    } else {
-        cli.redis.clone()
+    let before = cli.conn;
+    let (command, conn) = match cli.command {
+        Command::Run { args, conn } => (Cmd::Run(args), conn.or(before)),
+        Command::Status { name, json, conn } => (Cmd::Status(name, json), conn.or(before)),
+        Command::List { pattern, json, conn } => (Cmd::List(pattern, json), conn.or(before)),
+        Command::Unlock { name, conn, .. } => (Cmd::Unlock(name), conn.or(before)),
+        Command::Bench { args, conn } => (Cmd::Bench(args), conn.or(before)),
+        Command::Completions { .. } | Command::Man => return 0,
     };
-    let urls = if urls.is_empty() {
-        vec!["redis://127.0.0.1:6379".to_string()]
-    } else {
-        urls
-    };
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            eprintln!("lockwarden: cannot read {}: {e}", path.display());
-            EX_USAGE
-        })
-    };
-    let tls_ca = match cli.tls_ca.as_deref().map(read).transpose() {
-        Ok(pem) => pem,
+    let ctx = match Ctx::from_conn(conn) {
+        Ok(ctx) => ctx,
         Err(code) => return code,
     };
-    let tls_client = match (&cli.tls_cert, &cli.tls_key) {
-        (Some(cert), Some(key)) => match (read(cert), read(key)) {
-            (Ok(cert), Ok(key)) => Some((cert, key)),
-            (Err(code), _) | (_, Err(code)) => return code,
-        },
-        _ => None,
-    };
-    let ctx = Ctx {
-        url: urls[0].clone(),
-        urls,
-        prefix: cli.prefix.clone(),
-        tls_ca,
-        tls_client,
-        min_replicas: cli.min_replicas.map(|n| (n, cli.replica_timeout)),
-        min_aof: (cli.aof_local || cli.aof_replicas.is_some())
-            .then(|| (cli.aof_local, cli.aof_replicas.unwrap_or(0), cli.replica_timeout)),
-    };
-    match cli.command {
-        Command::Run(args) => run::run(&ctx, args).await,
-        Command::Status { name, json } => inspect::status(&ctx, &name, json).await,
-        Command::List { pattern, json } => inspect::list(&ctx, &pattern, json).await,
-        Command::Unlock { name, .. } => inspect::force_unlock(&ctx, &name).await,
-        Command::Bench(args) => bench::bench(&ctx, args).await,
-        Command::Completions { .. } | Command::Man => 0,
+    match command {
+        Cmd::Run(args) => run::run(&ctx, args).await,
+        Cmd::Status(name, json) => inspect::status(&ctx, &name, json).await,
+        Cmd::List(pattern, json) => inspect::list(&ctx, &pattern, json).await,
+        Cmd::Unlock(name) => inspect::force_unlock(&ctx, &name).await,
+        Cmd::Bench(args) => bench::bench(&ctx, args).await,
+    }
+}
+
+/// A command that connects, its connection options taken apart.
+enum Cmd {
+    Run(RunArgs),
+    Status(String, bool),
+    List(String, bool),
+    Unlock(String),
+    Bench(bench::BenchArgs),
+}
+
+impl Ctx {
+    /// The connection options read (files included), or the exit code.
+    fn from_conn(cli: Conn) -> Result<Ctx, i32> {
+        let urls = if cli.redis.is_empty() {
+            std::env::var("LOCKWARDEN_REDIS")
+                .ok()
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            cli.redis.clone()
+        };
+        let urls = if urls.is_empty() {
+            vec!["redis://127.0.0.1:6379".to_string()]
+        } else {
+            urls
+        };
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                eprintln!("lockwarden: cannot read {}: {e}", path.display());
+                EX_USAGE
+            })
+        };
+        let tls_ca = cli.tls.tls_ca.as_deref().map(read).transpose()?;
+        let tls_client = match (&cli.tls.tls_cert, &cli.tls.tls_key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            _ => None,
+        };
+        let replica_timeout = cli.replica_timeout.unwrap_or(Duration::from_millis(500));
+        Ok(Ctx {
+            url: urls[0].clone(),
+            urls,
+            prefix: cli.prefix.unwrap_or_default(),
+            tls_ca,
+            tls_client,
+            min_replicas: cli.min_replicas.map(|n| (n, replica_timeout)),
+            min_aof: (cli.aof_local || cli.aof_replicas.is_some())
+                .then(|| (cli.aof_local, cli.aof_replicas.unwrap_or(0), replica_timeout)),
+        })
     }
 }
 
