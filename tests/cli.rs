@@ -661,7 +661,9 @@ fn bench_without_json_prints_an_aligned_table() {
     let o = run(c, Duration::from_secs(60));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    let lines: Vec<&str> = out.lines().collect();
+    // The table, then (after a blank line) what its columns mean.
+    let lines: Vec<&str> = out.lines().take_while(|l| !l.is_empty()).collect();
+    assert!(out.contains("2 inside: times a worker found"), "{out}");
     assert!(lines[0].starts_with("workload") && lines[0].contains("ops/s"), "{out}");
     let w1 = lines.iter().find(|l| l.starts_with("W1 ")).expect("a W1 row");
     assert!(lines.iter().any(|l| l.starts_with("limit ping_c1")), "{out}");
@@ -1161,5 +1163,41 @@ fn connection_options_go_before_or_after_the_command() {
     assert!(
         keys.iter().any(|k| k.contains("{p:after}")) && keys.iter().any(|k| k.contains("{q:both}")),
         "{keys:?}"
+    );
+}
+
+#[test]
+fn bench_shows_w6_per_tick_and_w4_without_five_masters_is_refused_at_once() {
+    let server = RedisServer::start();
+    let mut c = cli(&server);
+    c.args(["bench", "--workload", "W6"]);
+    let o = run(c, Duration::from_secs(120));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let w6 = out
+        .lines()
+        .find(|l| l.starts_with("W6:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let per_tick: f64 = w6
+        .split(" locks: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{w6}"));
+    assert!(per_tick > 0.0 && w6.contains("0 lost"), "{w6}");
+
+    let mut c = cli(&server);
+    c.args(["bench", "--workload", "W4"]);
+    let o = run(c, Duration::from_secs(30));
+    assert_eq!(code(&o), 64, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("needs 5 masters") && o.stdout.is_empty(),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("limits"),
+        "refused before measuring anything: {}",
+        stderr(&o)
     );
 }

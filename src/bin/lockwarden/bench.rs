@@ -106,6 +106,8 @@ async fn all_counters(masters: &[&fred::clients::Client]) -> Option<Counters> {
 struct Report {
     json: bool,
     header_printed: std::cell::Cell<bool>,
+    /// W6's result, printed after the table.
+    w6: std::cell::RefCell<Option<Map<String, serde_json::Value>>>,
 }
 
 /// The table's columns: heading, the JSON field shown, width.
@@ -117,14 +119,46 @@ const COLUMNS: &[(&str, &str, usize)] = &[
     ("errors", "errors", 7),
     ("cmds/op", "redis_cmds_per_op", 8),
     ("cpu µs/op", "redis_cpu_us_per_op", 10),
-    ("unsafe", "violations", 7),
+    ("2 inside", "violations", 9),
 ];
+
+/// What the table's columns mean, printed under it.
+const LEGEND: &str = "\
+ops/s: lock + unlock pairs per second, all workers together. p50/p99 µs: one
+pair's time (W3, W5: wait + hold + release). gap p50 µs: from one release to
+the next holder's grant (W3, W5). errors: failed calls. cmds/op and cpu µs/op:
+Redis commands and Redis CPU per pair (INFO). 2 inside: times a worker found
+another inside its critical section (must be 0). W6 is per renewal tick.
+--json has every field.";
 
 impl Report {
     fn new(json: bool) -> Report {
         Report {
             json,
             header_printed: std::cell::Cell::new(false),
+            w6: Default::default(),
+        }
+    }
+
+    /// After the last row: W6's line and what the columns mean.
+    fn finish(&self) {
+        if self.json {
+            return;
+        }
+        if let Some(w6) = self.w6.take() {
+            let field = |k: &str| w6.get(k).map_or("-".to_string(), |v| v.to_string());
+            println!(
+                "\nW6: the watchdog holding {} locks: {} Redis commands ({} script calls) per renewal tick, \
+                 Redis CPU {} %, {} lost",
+                field("locks"),
+                field("redis_cmds_per_tick"),
+                field("script_calls_per_tick"),
+                field("redis_cpu_pct"),
+                field("lost"),
+            );
+        }
+        if self.header_printed.get() {
+            println!("\n{LEGEND}");
         }
     }
 
@@ -133,6 +167,11 @@ impl Report {
     fn emit(&self, mut obj: Map<String, serde_json::Value>) {
         if self.json {
             println!("{}", serde_json::Value::Object(std::mem::take(&mut obj)));
+            return;
+        }
+        if obj.get("workload").and_then(|w| w.as_str()) == Some("W6") {
+            // Per renewal tick, not per lock + unlock: a row of its own.
+            self.w6.replace(Some(obj));
             return;
         }
         if !self.header_printed.replace(true) {
@@ -365,6 +404,7 @@ pub async fn bench(ctx: &Ctx, args: BenchArgs) -> i32 {
         }
         report.emit(m);
     }
+    report.finish();
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
