@@ -61,6 +61,77 @@ impl std::fmt::Debug for ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// Prefix put before every lock name to form its key. Defaults to `""`
+    /// (the key is the lock name, as in Redisson).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks taken without an explicit lease, renewed every lease/3
+    /// while held. Defaults to 30 s; must be within 100 ms ..= 30 days.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Time allowed to each Redis call on each master (one script run,
+    /// including its retries after a broken connection). Defaults to 3 s
+    /// with one master and to [`DEFAULT_NODE_TIMEOUT`] (250 ms) with a quorum,
+    /// where it is the per-node timeout: keep it well below the leases.
+    /// Must be within 1 ms ..= 30 days. A call to an unreachable server
+    /// fails after it.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// Time allowed to open a connection. Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long [`Lock::lock`](crate::Lock::lock) (a wait without a
+    /// deadline) keeps retrying while every attempt fails with a retryable
+    /// error ([`Error::is_retryable`]: Redis unreachable or slow, a majority
+    /// not reached, a failover under way): it returns the last error once
+    /// failures have lasted this long without a single answer in between.
+    /// [`Lock::try_lock`](crate::Lock::try_lock) retries until its own wait
+    /// ends instead. [`ClientBuilder::build`] (and [`Client::connect`])
+    /// retries connecting as long (a server restarting, still loading its
+    /// data, a failover). Retries back off from 50 ms to 1 s. Defaults to
+    /// [`DEFAULT_RETRY_TRANSIENT_FOR`] (10 s); zero returns the first error.
+    /// Must be at most 30 days.
+    pub fn retry_transient_for(mut self, limit: Duration) -> Self {
+        self.retry_transient_for = limit;
+        self
+    }
+
+    /// TLS: trust the CA certificates in `pem` (one or more, PEM-encoded)
+    /// instead of the system's roots when verifying the servers. Needs TLS
+    /// URLs (`rediss://`, `rediss-cluster://`, `rediss-sentinel://`): with
+    /// another URL, [`ClientBuilder::build`] returns [`Error::Config`].
+    /// Without it, a TLS URL is verified against the system's roots.
+    /// A server whose certificate is not signed by these CAs, or does not
+    /// name the host of the URL, is refused. A server presenting exactly
+    /// one of these certificates, self-signed (as `openssl req -x509` makes
+    /// them, marked as a CA), is accepted: the certificate is pinned, its
+    /// name, validity dates and signature still checked.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// TLS: present this client certificate (`chain_pem`, leaf first) and
+    /// its private key (`key_pem`, PKCS#8, PKCS#1 or SEC1), for servers
+    /// started with `tls-auth-clients yes`. Needs TLS URLs, as
+    /// [`ClientBuilder::tls_ca_pem`].
+    pub fn tls_client_cert_pem(mut self, chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client_pem = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Grants confirmed by replicas: after each acquisition and each
     /// renewal, `WAIT n timeout` on the same connection asks that at least
     /// `n` replicas of the lock's master acknowledged it. With fewer, an
@@ -113,43 +184,14 @@ impl ClientBuilder {
         self
     }
 
-    /// TLS: trust the CA certificates in `pem` (one or more, PEM-encoded)
-    /// instead of the system's roots when verifying the servers. Needs TLS
-    /// URLs (`rediss://`, `rediss-cluster://`, `rediss-sentinel://`): with
-    /// another URL, [`ClientBuilder::build`] returns [`Error::Config`].
-    /// Without it, a TLS URL is verified against the system's roots.
-    /// A server whose certificate is not signed by these CAs, or does not
-    /// name the host of the URL, is refused. A server presenting exactly
-    /// one of these certificates, self-signed (as `openssl req -x509` makes
-    /// them, marked as a CA), is accepted: the certificate is pinned, its
-    /// name, validity dates and signature still checked.
-    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.ca_pem = Some(pem.into());
-        self
-    }
-
-    /// TLS: present this client certificate (`chain_pem`, leaf first) and
-    /// its private key (`key_pem`, PKCS#8, PKCS#1 or SEC1), for servers
-    /// started with `tls-auth-clients yes`. Needs TLS URLs, as
-    /// [`ClientBuilder::tls_ca_pem`].
-    pub fn tls_client_cert_pem(mut self, chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.client_pem = Some((chain_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// How long [`Lock::lock`](crate::Lock::lock) (a wait without a
-    /// deadline) keeps retrying while every attempt fails with a retryable
-    /// error ([`Error::is_retryable`]: Redis unreachable or slow, a majority
-    /// not reached, a failover under way): it returns the last error once
-    /// failures have lasted this long without a single answer in between.
-    /// [`Lock::try_lock`](crate::Lock::try_lock) retries until its own wait
-    /// ends instead. [`ClientBuilder::build`] (and [`Client::connect`])
-    /// retries connecting as long (a server restarting, still loading its
-    /// data, a failover). Retries back off from 50 ms to 1 s. Defaults to
-    /// [`DEFAULT_RETRY_TRANSIENT_FOR`] (10 s); zero returns the first error.
-    /// Must be at most 30 days.
-    pub fn retry_transient_for(mut self, limit: Duration) -> Self {
-        self.retry_transient_for = limit;
+    /// Fair locks: how long a queued waiter may go without refreshing its
+    /// place before it is evicted (a waiter whose process died). Live
+    /// waiters refresh every third of it, whatever the holder does. Defaults
+    /// to 5 s; must be within 100 ms ..= 30 days. Read-write locks: how long
+    /// a waiting writer's mark holds new readers back after its last
+    /// attempt (it makes one every third of it).
+    pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_waiter_timeout = timeout;
         self
     }
 
@@ -173,50 +215,6 @@ impl ClientBuilder {
         self
     }
 
-    /// Label metrics with the lock's name (`lock="..."`). Defaults to off:
-    /// one time series per lock name can be too many for a metrics backend,
-    /// and names may be sensitive.
-    pub fn metric_lock_names(mut self, on: bool) -> Self {
-        self.metric_lock_names = on;
-        self
-    }
-
-    /// Fair locks: how long a queued waiter may go without refreshing its
-    /// place before it is evicted (a waiter whose process died). Live
-    /// waiters refresh every third of it, whatever the holder does. Defaults
-    /// to 5 s; must be within 100 ms ..= 30 days. Read-write locks: how long
-    /// a waiting writer's mark holds new readers back after its last
-    /// attempt (it makes one every third of it).
-    pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
-        self.fair_waiter_timeout = timeout;
-        self
-    }
-
-    /// Prefix put before every lock name to form its key. Defaults to `""`
-    /// (the key is the lock name, as in Redisson).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Lease of locks taken without an explicit lease, renewed every lease/3
-    /// while held. Defaults to 30 s; must be within 100 ms ..= 30 days.
-    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.watchdog_lease = lease;
-        self
-    }
-
-    /// Time allowed to each Redis call on each master (one script run,
-    /// including its retries after a broken connection). Defaults to 3 s
-    /// with one master and to [`DEFAULT_NODE_TIMEOUT`] (250 ms) with a quorum,
-    /// where it is the per-node timeout: keep it well below the leases.
-    /// Must be within 1 ms ..= 30 days. A call to an unreachable server
-    /// fails after it.
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = Some(timeout);
-        self
-    }
-
     /// Delayed rejoin: a master whose uptime is below `delay` does not count
     /// toward the majority until it reaches it. Set it to at least the
     /// longest lease in use when masters run without persistence: a master
@@ -229,9 +227,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Time allowed to open a connection. Defaults to 2 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+    /// Label metrics with the lock's name (`lock="..."`). Defaults to off:
+    /// one time series per lock name can be too many for a metrics backend,
+    /// and names may be sensitive.
+    pub fn metric_lock_names(mut self, on: bool) -> Self {
+        self.metric_lock_names = on;
         self
     }
 
@@ -1152,5 +1152,22 @@ impl Client {
     /// for its waiters right now.
     pub fn waiting_channels(&self) -> usize {
         self.inner.pubsub.active_channels()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// rustdoc lists the builder's methods in source order: the settings
+    /// most users need come first (the page a newcomer reads top down).
+    #[test]
+    fn the_builder_page_starts_with_the_common_settings() {
+        let source = include_str!("client.rs");
+        let body = source.split("impl ClientBuilder {").nth(1).expect("the builder's impl");
+        let methods: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("    pub fn ").or_else(|| l.strip_prefix("    pub async fn ")))
+            .filter_map(|l| l.split('(').next())
+            .collect();
+        assert_eq!(methods[..4], ["key_prefix", "watchdog_lease", "command_timeout", "connect_timeout"]);
     }
 }
