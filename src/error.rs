@@ -229,7 +229,7 @@ impl Error {
     /// on the first key.
     pub(crate) fn from_script(
         op: &'static str,
-        keys: &[&crate::keys::Str],
+        keys: &[&fred::bytes_utils::Str],
         timeout: Duration,
         e: fred::error::Error,
     ) -> Error {
