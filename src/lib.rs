@@ -137,6 +137,7 @@
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
+mod connect;
 mod core;
 mod error;
 mod extend;
@@ -162,7 +163,8 @@ mod tls;
 mod wait;
 mod watchdog;
 
-pub use client::{redact_url, Client, ClientBuilder};
+pub use client::{Client, ClientBuilder};
+pub use connect::redact_url;
 pub use error::{Error, RedisErrorKind, Result};
 /// The Redis client lockwarden is built on, re-exported: its types appear in
 /// [`Client::redis`], [`Client::masters`] and [`Client::builder_from_config`].

@@ -109,15 +109,7 @@ pub(crate) struct Confirm {
     pub(crate) aof: Option<AofConfirm>,
 }
 
-/// See [`Confirm::aof`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AofConfirm {
-    /// The master's own append-only file must have it on disk.
-    pub(crate) local: bool,
-    /// At least this many replicas must have it on disk.
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
-}
+pub(crate) use crate::settings::AofConfirm;
 
 impl Confirm {
     /// Whether any confirmation is asked for.

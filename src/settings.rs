@@ -1,9 +1,11 @@
 //! The client's settings, the lease of a hold, and the checks of durations
-//! given by users. Imports nothing of the library but its errors.
+//! given by users, and the checks of a client's settings. Imports nothing
+//! of the library but its errors and the limits of names.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::keys::{MAX_NAME_LEN, RESERVED};
 
 /// The default watchdog lease, as in Redisson.
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
@@ -44,6 +46,122 @@ pub(crate) struct Settings {
     /// How long the first client in line for a reentrant lock sleeps at
     /// most before it looks again on its own (more per place behind it).
     pub(crate) wake_patience: Duration,
+}
+
+/// Every setting of a [`ClientBuilder`](crate::ClientBuilder) but the
+/// masters and TLS, as given: [`Options::check`] turns them into the
+/// [`Settings`] the client runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    /// `None`: the default for the number of masters.
+    pub(crate) command_timeout: Option<Duration>,
+    pub(crate) rejoin_delay: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) fair_waiter_timeout: Duration,
+    pub(crate) metric_lock_names: bool,
+    pub(crate) retry_transient_for: Duration,
+    pub(crate) wake_patience: Duration,
+    pub(crate) min_replicas: Option<(u32, Duration)>,
+    pub(crate) min_aof: Option<AofConfirm>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            prefix: String::new(),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            command_timeout: None,
+            rejoin_delay: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
+            metric_lock_names: false,
+            retry_transient_for: DEFAULT_RETRY_TRANSIENT_FOR,
+            wake_patience: DEFAULT_WAKE_PATIENCE,
+            min_replicas: None,
+            min_aof: None,
+        }
+    }
+}
+
+/// `WAITAOF local replicas timeout`: what must have an acquisition or a
+/// renewal on disk before it counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AofConfirm {
+    /// The master's own append-only file must have it on disk.
+    pub(crate) local: bool,
+    /// At least this many replicas must have it on disk.
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Options {
+    /// The settings a client of `masters` masters runs with, or the first
+    /// one out of range ([`Error::InvalidDuration`]) or that does not fit
+    /// with the others ([`Error::Config`]).
+    pub(crate) fn check(&self, masters: usize) -> Result<Settings> {
+        let command_timeout = self.command_timeout.unwrap_or(if masters == 1 {
+            DEFAULT_COMMAND_TIMEOUT
+        } else {
+            DEFAULT_NODE_TIMEOUT
+        });
+        check_duration("watchdog lease", self.watchdog_lease, MIN_WATCHDOG_LEASE)?;
+        check_duration("command timeout", command_timeout, Duration::from_millis(1))?;
+        if let Some(d) = self.rejoin_delay {
+            check_duration("rejoin delay", d, Duration::from_millis(1))?;
+        }
+        check_duration("connect timeout", self.connect_timeout, Duration::from_millis(1))?;
+        check_duration("retry time", self.retry_transient_for, Duration::ZERO)?;
+        check_duration("wake patience", self.wake_patience, Duration::from_millis(1))?;
+        let confirm_timeout = |what: &str, name: &'static str, timeout: Duration| {
+            check_duration(name, timeout, Duration::from_millis(1))?;
+            if timeout >= command_timeout || timeout >= self.watchdog_lease / 3 {
+                return Err(Error::Config(format!(
+                    "{what}: the timeout ({timeout:?}) must be below the command timeout \
+                 ({command_timeout:?}) and a third of the watchdog lease ({:?})",
+                    self.watchdog_lease / 3
+                )));
+            }
+            Ok(())
+        };
+        if let Some((n, timeout)) = self.min_replicas {
+            if n == 0 {
+                return Err(Error::Config("min_replicas_acked: ask for at least one replica".into()));
+            }
+            confirm_timeout("min_replicas_acked", "replica timeout", timeout)?;
+        }
+        if let Some(aof) = self.min_aof {
+            if !aof.local && aof.replicas == 0 {
+                return Err(Error::Config(
+                    "min_aof_fsynced: ask for the master's own file, at least one replica, or both".into(),
+                ));
+            }
+            confirm_timeout("min_aof_fsynced", "aof timeout", aof.timeout)?;
+        }
+        check_duration(
+            "fair waiter timeout",
+            self.fair_waiter_timeout,
+            Duration::from_millis(100),
+        )?;
+        if self.prefix.len() > MAX_NAME_LEN / 2 {
+            return Err(Error::Config("the key prefix is longer than 256 bytes".into()));
+        }
+        if self.prefix.starts_with(RESERVED) {
+            return Err(Error::Config(format!(
+                "the key prefix {:?} starts with {:?}, which is reserved for lockwarden's own keys",
+                self.prefix, RESERVED
+            )));
+        }
+        Ok(Settings {
+            prefix: self.prefix.clone(),
+            watchdog_lease: self.watchdog_lease,
+            command_timeout,
+            metric_lock_names: self.metric_lock_names,
+            retry_transient_for: self.retry_transient_for,
+            wake_patience: self.wake_patience,
+        })
+    }
 }
 
 /// How long a hold lasts without being renewed.
