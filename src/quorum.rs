@@ -422,23 +422,13 @@ fn describe_failures(errors: &[Error]) -> String {
 
 /// One acquire attempt on every master.
 ///
-/// Granted only by a majority, within the lease after the clock-drift
-/// allowance; otherwise every level granted anywhere is released (at once
-/// where the reply is known, in the background where it is not). Cancel safe
-/// the same way: dropping the future releases in the background.
-pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Result<Attempt> {
+/// Sends the attempt to every master that counts and gathers the replies:
+/// until a majority granted, or refused for sure, then for a short grace.
+/// Grants are entered in `partial`; masters still answering after that are
+/// settled in the background (their requests undone when dropped).
+async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Partial<M>, sent_at: Instant) -> Tally<M> {
     let n = members.len();
     let need = majority(n);
-    let sent_at = Instant::now();
-    let mut partial = Partial {
-        members: members.to_vec(),
-        keys: ask.keys.clone(),
-        owner: ask.owner.clone(),
-        held: vec![false; n],
-        tokens: vec![None; n],
-        requests: vec![None; n],
-        armed: true,
-    };
     let mut replies = Unordered::new(members.iter().enumerate().filter(|(_, m)| m.counts()).map(|(i, m)| {
         let mut pending = Pending {
             member: m.clone(),
@@ -485,7 +475,7 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
         let Some((i, r, pending)) = replies.next().await else {
             break;
         };
-        t.absorb(&mut partial, i, r, pending);
+        t.absorb(partial, i, r, pending);
     }
     // The decision is made. Masters still answering get a short grace (as
     // long again as the decision took): their levels then join the hold or
@@ -496,11 +486,97 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
             let Ok(Some((i, r, pending))) = tokio::time::timeout_at(grace_end.into(), replies.next()).await else {
                 break;
             };
-            t.absorb(&mut partial, i, r, pending);
+            t.absorb(partial, i, r, pending);
         }
     }
-    // Masters that have not answered yet are settled in the background.
     drop(replies);
+    t
+}
+
+/// A majority granted (`counts`: each granting master and its reentry
+/// count): the hold's depth and token, and its validity; or, granted too
+/// late or with no token a majority can agree on, undone and denied.
+async fn granted<M: NodeOps>(
+    members: &[Arc<M>],
+    ask: &Ask<'_>,
+    mut partial: Partial<M>,
+    counts: &[(usize, u64)],
+    sent_at: Instant,
+) -> Result<Attempt> {
+    let n = members.len();
+    let need = majority(n);
+    let mut depths: Vec<u64> = counts.iter().map(|(_, c)| *c).collect();
+    depths.sort_unstable_by(|a, b| b.cmp(a));
+    let depth = depths[need - 1];
+    let reentered = counts.iter().filter(|(_, c)| *c > 1).count() >= need;
+    let (token, node_tokens) = match (&ask.known, reentered) {
+        (Some((token, tokens)), true) => (*token, tokens.clone()),
+        _ => match write_back(members, ask.keys, ask.owner, &mut partial, need).await {
+            Some(token) => (token, partial.tokens.clone()),
+            None => {
+                partial.undo().await;
+                crate::observe::quorum_attempt("token_write_back_failed", None);
+                return Ok(Attempt::Denied {
+                    pttl: 0,
+                    split: true,
+                    place: None,
+                });
+            }
+        },
+    };
+    let valid_until = sent_at + ask.lease.saturating_sub(drift(ask.lease));
+    let now = Instant::now();
+    if now >= valid_until {
+        tracing::debug!(
+            elapsed_ms = sent_at.elapsed().as_millis() as u64,
+            lease_ms = ask.lease.as_millis() as u64,
+            "majority granted too late (validity <= 0); releasing"
+        );
+        partial.undo().await;
+        crate::observe::quorum_attempt("validity_expired", None);
+        return Ok(Attempt::Denied {
+            pttl: 0,
+            split: true,
+            place: None,
+        });
+    }
+    partial.armed = false;
+    if n > 1 {
+        crate::observe::quorum_attempt("granted", Some(valid_until - now));
+    }
+    let mut node_tokens = node_tokens;
+    for (i, held) in partial.held.iter().enumerate() {
+        if !held {
+            node_tokens[i] = None;
+        }
+    }
+    Ok(Attempt::Granted(Grant {
+        token,
+        depth,
+        node_tokens,
+        sent_at,
+        valid_until,
+    }))
+}
+
+/// Granted only by a majority, within the lease after the clock-drift
+/// allowance; otherwise every level granted anywhere is released (at once
+/// where the reply is known, in the background where it is not). Cancel safe
+/// the same way: dropping the future releases in the background.
+pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Result<Attempt> {
+    let n = members.len();
+    let need = majority(n);
+    let sent_at = Instant::now();
+    let mut partial = Partial {
+        members: members.to_vec(),
+        keys: ask.keys.clone(),
+        owner: ask.owner.clone(),
+        held: vec![false; n],
+        tokens: vec![None; n],
+        requests: vec![None; n],
+        armed: true,
+    };
+    let t = gather(members, ask, &mut partial, sent_at).await;
     let Tally {
         counts,
         pttls,
@@ -511,60 +587,8 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     drop(unknown);
 
     if counts.len() >= need {
-        let mut depths: Vec<u64> = counts.iter().map(|(_, c)| *c).collect();
-        depths.sort_unstable_by(|a, b| b.cmp(a));
-        let depth = depths[need - 1];
-        let reentered = counts.iter().filter(|(_, c)| *c > 1).count() >= need;
-        let (token, node_tokens) = match (&ask.known, reentered) {
-            (Some((token, tokens)), true) => (*token, tokens.clone()),
-            _ => match write_back(members, ask.keys, ask.owner, &mut partial, need).await {
-                Some(token) => (token, partial.tokens.clone()),
-                None => {
-                    partial.undo().await;
-                    crate::observe::quorum_attempt("token_write_back_failed", None);
-                    return Ok(Attempt::Denied {
-                        pttl: 0,
-                        split: true,
-                        place: None,
-                    });
-                }
-            },
-        };
-        let valid_until = sent_at + ask.lease.saturating_sub(drift(ask.lease));
-        let now = Instant::now();
-        if now >= valid_until {
-            tracing::debug!(
-                elapsed_ms = sent_at.elapsed().as_millis() as u64,
-                lease_ms = ask.lease.as_millis() as u64,
-                "majority granted too late (validity <= 0); releasing"
-            );
-            partial.undo().await;
-            crate::observe::quorum_attempt("validity_expired", None);
-            return Ok(Attempt::Denied {
-                pttl: 0,
-                split: true,
-                place: None,
-            });
-        }
-        partial.armed = false;
-        if n > 1 {
-            crate::observe::quorum_attempt("granted", Some(valid_until - now));
-        }
-        let mut node_tokens = node_tokens;
-        for (i, held) in partial.held.iter().enumerate() {
-            if !held {
-                node_tokens[i] = None;
-            }
-        }
-        return Ok(Attempt::Granted(Grant {
-            token,
-            depth,
-            node_tokens,
-            sent_at,
-            valid_until,
-        }));
+        return granted(members, ask, partial, &counts, sent_at).await;
     }
-
     let split = !counts.is_empty();
     partial.undo().await;
     let answered = counts.len() + pttls.len();
