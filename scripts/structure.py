@@ -117,6 +117,8 @@ def long_functions():
             if not m or line.rstrip().endswith(";"):
                 continue
             indent = m.group(1)
+            if "{" in line and line.count("{") == line.count("}"):
+                continue  # a one-line function
             for j in range(i + 1, len(lines)):
                 if lines[j].startswith(indent + "}") and not lines[j][len(indent) :].startswith(" "):
                     if j - i + 1 > MAX_FN_LINES:

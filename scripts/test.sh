@@ -26,6 +26,9 @@ total() {
 }
 set -x
 cargo fmt --all -- --check
+# The layering of ARCHITECTURE.md: no import circle, no import up the
+# table, no library function over 100 lines.
+python3 scripts/structure.py
 cargo clippy --all-targets -- -D warnings
 cargo clippy --lib --no-default-features -- -D warnings
 # One test at a time: several tests assert timing windows (a lease handed

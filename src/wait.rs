@@ -374,17 +374,15 @@ pub(crate) async fn wait<P: Policy>(
     // script call.
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
-    let mut first = true;
-    let first_refusal = match attempt(t, pin, lease, &mut policy).await {
+    let (first_refusal, mut first) = match attempt(t, pin, lease, &mut policy).await {
         Ok(Ok(guard)) => return Ok(Some(guard)),
-        Ok(Err(refusal)) => refusal,
+        Ok(Err(refusal)) => (refusal, true),
         Err(e) => {
             // Nothing is known of the lock: the loop's first turn makes a
             // full attempt after the pause.
-            first = false;
             policy.on_error(&e);
             tokio::time::sleep(retries.after(e)?).await;
-            Refusal::default()
+            (Refusal::default(), false)
         }
     };
     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -393,27 +391,9 @@ pub(crate) async fn wait<P: Policy>(
     }
     // Named only now: the uncontended path never needs the channel.
     let interest = early.unwrap_or_else(|| t.core.pubsub.interest(&policy.channel(t)));
-    // Subscribing counts against the wait like everything else, and is
-    // retried like an attempt.
-    let subscribed = async {
-        loop {
-            match interest.ready().await {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    let pause = retries.after(e)?;
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        }
-    };
-    match deadline {
-        Some(d) => {
-            if tokio::time::timeout_at(d.into(), subscribed).await.is_err() {
-                policy.give_up().await;
-                return retries.at_deadline();
-            }
-        }
-        None => subscribed.await?,
+    if !subscribe(&interest, &mut retries, deadline).await? {
+        policy.give_up().await;
+        return retries.at_deadline();
     }
     let mut split_backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
     let _waiting = crate::observe::Waiting::enter(&t.core.waiting_gauge);
@@ -443,7 +423,7 @@ pub(crate) async fn wait<P: Policy>(
         // A retryable failure pauses (backing off) and tries again, until
         // the deadline or the client's retry limit: a blip must not end a
         // wait that has time left.
-        let (refusal, pause) = match outcome {
+        let (refusal, failed) = match outcome {
             Ok(Ok(guard)) => return Ok(Some(guard)),
             Ok(Err(refusal)) => {
                 retries.answered();
@@ -454,58 +434,138 @@ pub(crate) async fn wait<P: Policy>(
                 (Refusal::default(), Some(retries.after(e)?))
             }
         };
-        let split = refusal.split;
-        let mut sleep;
-        // The kind wakes the wait before the lease bound to look again on
-        // its own (a fair waiter's refresh, a writer's mark, the wake
-        // patience).
-        let mut recheck = false;
-        if split {
-            // Masters granted to different contenders and each gave its
-            // part back: retry after a random pause so they do not collide
-            // again (and again).
-            policy.on_split().await;
-            sleep = split_backoff.next_jittered();
-        } else {
-            split_backoff.reset();
-            let bound = lease_bound(refusal.pttl);
-            sleep = policy.pause(&refusal, bound);
-            recheck = sleep < bound;
-        }
-        if let Some(pause) = pause {
-            sleep = pause;
-        }
-        if let Some(d) = deadline {
-            let now = Instant::now();
-            if now >= d {
-                policy.give_up().await;
-                return retries.at_deadline();
-            }
-            sleep = sleep.min(d - now);
-        }
-        if split || pause.is_some() {
+        let Some(turn) = plan(&mut policy, &refusal, failed, &mut split_backoff, deadline).await else {
+            policy.give_up().await;
+            return retries.at_deadline();
+        };
+        if turn.deaf {
             // Not woken by messages: after a split, the unlock message of
             // our own give-back (and every other contender's) would end the
             // pause at once, and the attempts would spin; after a failure, a
             // message says nothing about when Redis will answer again. An
             // unlock during the pause waits for its end.
-            tokio::time::sleep(sleep).await;
+            tokio::time::sleep(turn.sleep).await;
             continue;
         }
-        // A stale wake-up does not move the time this turn wakes at.
-        let wake_at = tokio::time::Instant::now() + sleep;
+        let woke = Woke {
+            t,
+            pin,
+            lease,
+            interest: &interest,
+            sent_at,
+        };
+        if let Some(guard) = woke.sleep(&mut policy, notified, &turn).await {
+            return Ok(Some(guard));
+        }
+    }
+}
+
+/// Subscribes `interest`, retrying failures like an attempt; `false` when
+/// the deadline passed first.
+async fn subscribe(interest: &Interest, retries: &mut Retries<'_>, deadline: Option<Instant>) -> Result<bool> {
+    let subscribed = async {
+        loop {
+            match interest.ready().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let pause = retries.after(e)?;
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    };
+    match deadline {
+        Some(d) => match tokio::time::timeout_at(d.into(), subscribed).await {
+            Ok(r) => r.map(|()| true),
+            Err(_) => Ok(false),
+        },
+        None => subscribed.await.map(|()| true),
+    }
+}
+
+/// How a waiting turn sleeps after a refusal.
+struct Turn {
+    sleep: Duration,
+    /// The kind wakes the wait before the lease bound to look again on its
+    /// own (a fair waiter's refresh, a writer's mark, the wake patience).
+    recheck: bool,
+    /// Deaf to messages (after a split or a failure).
+    deaf: bool,
+}
+
+/// The sleep after `refusal` (or, with `failed`, after a retryable failure
+/// and its pause); `None` when the deadline has passed.
+async fn plan<P: Policy>(
+    policy: &mut P,
+    refusal: &Refusal,
+    failed: Option<Duration>,
+    split_backoff: &mut Backoff,
+    deadline: Option<Instant>,
+) -> Option<Turn> {
+    let mut turn = Turn {
+        sleep: Duration::ZERO,
+        recheck: false,
+        deaf: refusal.split || failed.is_some(),
+    };
+    if refusal.split {
+        // Masters granted to different contenders and each gave its part
+        // back: retry after a random pause so they do not collide again
+        // (and again).
+        policy.on_split().await;
+        turn.sleep = split_backoff.next_jittered();
+    } else {
+        split_backoff.reset();
+        let bound = lease_bound(refusal.pttl);
+        turn.sleep = policy.pause(refusal, bound);
+        turn.recheck = turn.sleep < bound;
+    }
+    if let Some(pause) = failed {
+        turn.sleep = pause;
+    }
+    if let Some(d) = deadline {
+        let now = Instant::now();
+        if now >= d {
+            return None;
+        }
+        turn.sleep = turn.sleep.min(d - now);
+    }
+    Some(turn)
+}
+
+/// What a turn's sleep needs to turn a message into a grant.
+struct Woke<'a, 'b> {
+    t: Target<'a>,
+    pin: &'b OwnerPin,
+    lease: Lease,
+    interest: &'b Interest,
+    /// When the last attempt was sent.
+    sent_at: Instant,
+}
+
+impl<'b> Woke<'_, 'b> {
+    /// Sleeps until a message or the end of the turn: the guard when the
+    /// message was a grant, else `None` (look again). A message for an
+    /// earlier wait does not move the time this turn wakes at.
+    async fn sleep<P: Policy>(
+        &self,
+        policy: &mut P,
+        mut notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'b>>,
+        turn: &Turn,
+    ) -> Option<LockGuard> {
+        let t = self.t;
+        let wake_at = tokio::time::Instant::now() + turn.sleep;
         loop {
             tokio::select! {
                 _ = notified.as_mut() => {
                     crate::observe::wakeup(t.labels(), "pubsub");
-                    match policy.on_wake(t, pin, lease, interest.take_payload(), sent_at) {
+                    match policy.on_wake(t, self.pin, self.lease, self.interest.take_payload(), self.sent_at) {
                         Wake::Granted(guard) => {
                             tracing::trace!("granted the lock by an unlock");
-                            return Ok(Some(guard));
+                            return Some(guard);
                         }
                         Wake::Stale => {
                             tracing::trace!("woken by a message for an earlier wait; sleeping on");
-                            notified.set(interest.notified());
+                            notified.set(self.interest.notified());
                             notified.as_mut().enable();
                             continue;
                         }
@@ -513,12 +573,12 @@ pub(crate) async fn wait<P: Policy>(
                     }
                 }
                 _ = tokio::time::sleep_until(wake_at) => {
-                    let source = if recheck { "recheck" } else { "lease_timeout" };
+                    let source = if turn.recheck { "recheck" } else { "lease_timeout" };
                     crate::observe::wakeup(t.labels(), source);
-                    tracing::trace!(slept_ms = sleep.as_millis() as u64, source, "woken without a message");
+                    tracing::trace!(slept_ms = turn.sleep.as_millis() as u64, source, "woken without a message");
                 }
             }
-            break;
+            return None;
         }
     }
 }
