@@ -3,7 +3,7 @@
 //!
 //! A fair waiter takes its place in the queue with its very first attempt,
 //! so its position is the order it asked in; from then on every way out
-//! without the lock leaves the queue ([`QueueExit`]). Unlocks wake only the
+//! without the lock leaves the queue (`FairWait::queued`, a `wait::LeaveOnExit`). Unlocks wake only the
 //! head, on a channel of its own. On one master a queued waiter also asks
 //! for direct grants: an unlock hands it the lock and says so in the wake
 //! message (`lua/fair_release.lua`), which saves the waiter's acquire round
@@ -22,7 +22,7 @@ use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::settings::Lease;
-use crate::wait::{Policy, Refusal, Request, Target, Wake};
+use crate::wait::{LeaveOnExit, Policy, Refusal, Request, Target, Wake};
 
 /// Where one grant-asking fair waiter of this client listens:
 /// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
@@ -85,7 +85,12 @@ pub(crate) struct FairWait<'a> {
     /// unknown (see [`FairWait::on_error`]).
     request: Option<String>,
     wake: Option<WakeId<'a>>,
-    queued: QueueExit<'a>,
+    /// A fair waiter's place in the queue, armed while it may be there.
+    /// Dropped armed (the waiting future cancelled, or an error), it leaves
+    /// the queue in the background at once, re-sending until the server
+    /// answers (leaving is idempotent). A wait that asked for direct
+    /// grants also gives back a grant it never learned of.
+    queued: LeaveOnExit,
     /// Live waiters re-run the acquire script (refreshing their deadline)
     /// three times per waiter timeout, however long the holder keeps it.
     refresh: Duration,
@@ -106,11 +111,10 @@ impl<'a> FairWait<'a> {
             owner,
             will_wait,
             wake: request.as_ref().map(|_| WakeId::take(t.core)),
-            queued: QueueExit {
-                t,
-                owner,
-                request: request.clone(),
-                armed: will_wait,
+            queued: {
+                let mut queued = LeaveOnExit::leave(t, owner, will_wait);
+                queued.request = request.clone();
+                queued
             },
             request,
             refresh,
@@ -188,7 +192,7 @@ impl Policy for FairWait<'_> {
 
     /// Each attempt (re-)joins the queue, so leaving is owed again.
     fn turn(&mut self, _interest: &Interest) {
-        self.queued.armed = true;
+        self.queued.arm();
     }
 
     /// A waiter asking for grants first checks cheaply whether the lock was
@@ -247,7 +251,7 @@ impl Policy for FairWait<'_> {
         }
         match self.claim_grant(pin, lease, token, ms, sent_at) {
             Some(guard) => {
-                self.queued.armed = false; // the grant removed us from the queue
+                self.queued.disarm(); // the grant removed us from the queue
                 Wake::Granted(guard)
             }
             None => Wake::Attempt,
@@ -271,7 +275,7 @@ impl Policy for FairWait<'_> {
     /// majority, it leaves the queues of the other masters in the
     /// background, so it does not block them.
     fn on_grant(&mut self, t: Target<'_>, grant: &Grant) {
-        self.queued.armed = false;
+        self.queued.disarm();
         if !self.will_wait || t.core.members.len() == 1 {
             return;
         }
@@ -287,42 +291,5 @@ impl Policy for FairWait<'_> {
 
     fn give_up(&mut self) -> impl Future<Output = ()> + Send {
         self.queued.leave_now()
-    }
-}
-
-/// A fair waiter's place in the queue. Dropped while armed (the waiting
-/// future cancelled, or an error), it leaves the queue in the background at
-/// once, re-sending until the server answers (leaving is idempotent).
-/// A wait that asked for direct grants also gives back a grant it never
-/// learned of.
-struct QueueExit<'a> {
-    t: Target<'a>,
-    owner: &'a Str,
-    /// The wait's current request id, when it asks for direct grants.
-    request: Option<String>,
-    armed: bool,
-}
-
-impl QueueExit<'_> {
-    /// Leaves now and waits for it; on failure the drop retries in the
-    /// background.
-    async fn leave_now(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if crate::wait::leave_all(self.t.core, self.t.keys, self.owner, self.request.as_deref())
-            .await
-            .is_ok()
-        {
-            self.armed = false;
-        }
-    }
-}
-
-impl Drop for QueueExit<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            crate::wait::leave_in_background(self.t.core, self.t.keys, self.owner, self.request.take());
-        }
     }
 }

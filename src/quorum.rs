@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::keys::{LockKeys, Str};
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::protocol::Waiting;
-use crate::runtime::{Backoff, Spawner};
+use crate::runtime::{Backoff, DropGuard, Spawner, Undo};
 
 /// The pauses between re-sends of a request whose outcome is unknown.
 const RESEND: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
@@ -130,20 +130,19 @@ pub(crate) struct Ask<'a> {
 /// dropped armed (the attempt was cancelled or its reply lost) it re-sends the
 /// same request in the background (a replay returns the first run's record)
 /// and gives back what it got.
-struct Pending<M: NodeOps> {
+type Pending<M> = DropGuard<Resend<M>>;
+
+/// See [`Pending`].
+struct Resend<M: NodeOps> {
     member: Arc<M>,
     keys: Arc<LockKeys>,
     owner: Str,
     lease: Duration,
     request: String,
-    armed: bool,
 }
 
-impl<M: NodeOps> Drop for Pending<M> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+impl<M: NodeOps> Undo for Resend<M> {
+    fn undo_in_background(&mut self) {
         let (member, keys, owner, lease) = (self.member.clone(), self.keys.clone(), self.owner.clone(), self.lease);
         let request = std::mem::take(&mut self.request);
         let spawner = self.member.spawner().clone();
@@ -182,7 +181,10 @@ async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: O
 
 /// The levels an attempt holds on some masters before it is a guard: on
 /// drop while armed they are released in the background.
-struct Partial<M: NodeOps> {
+type Partial<M> = DropGuard<Levels<M>>;
+
+/// See [`Partial`].
+struct Levels<M: NodeOps> {
     members: Vec<Arc<M>>,
     keys: Arc<LockKeys>,
     owner: Str,
@@ -194,10 +196,9 @@ struct Partial<M: NodeOps> {
     /// that ran it answers from its record: a re-entered level is never
     /// given back twice.
     requests: Vec<Option<String>>,
-    armed: bool,
 }
 
-impl<M: NodeOps> Partial<M> {
+impl<M: NodeOps> Levels<M> {
     /// Releases every granted level and waits for it (each call bounded by
     /// the node timeout); what fails stays armed for the background.
     async fn undo(&mut self) {
@@ -224,19 +225,18 @@ impl<M: NodeOps> Partial<M> {
     }
 }
 
-impl<M: NodeOps> Drop for Partial<M> {
-    fn drop(&mut self) {
-        if !self.armed || !self.held.iter().any(|h| *h) {
+impl<M: NodeOps> Undo for Levels<M> {
+    fn undo_in_background(&mut self) {
+        if !self.held.iter().any(|h| *h) {
             return;
         }
-        let mut rest = Partial {
+        let mut rest = Levels {
             members: std::mem::take(&mut self.members),
             keys: self.keys.clone(),
             owner: self.owner.clone(),
             held: std::mem::take(&mut self.held),
             tokens: std::mem::take(&mut self.tokens),
             requests: std::mem::take(&mut self.requests),
-            armed: false,
         };
         let spawner = rest.members[0].spawner().clone();
         spawner.spawn(async move { rest.undo().await });
@@ -430,14 +430,16 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
     let n = members.len();
     let need = majority(n);
     let mut replies = Unordered::new(members.iter().enumerate().filter(|(_, m)| m.counts()).map(|(i, m)| {
-        let mut pending = Pending {
-            member: m.clone(),
-            keys: ask.keys.clone(),
-            owner: ask.owner.clone(),
-            lease: ask.lease,
-            request: ask.request.to_string(),
-            armed: true,
-        };
+        let mut pending = Pending::new(
+            Resend {
+                member: m.clone(),
+                keys: ask.keys.clone(),
+                owner: ask.owner.clone(),
+                lease: ask.lease,
+                request: ask.request.to_string(),
+            },
+            true,
+        );
         async move {
             let r = pending
                 .member
@@ -452,7 +454,7 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
                 )
                 .await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
-                pending.armed = false;
+                pending.disarm();
             }
             (i, r, pending)
         }
@@ -540,7 +542,7 @@ async fn granted<M: NodeOps>(
             place: None,
         });
     }
-    partial.armed = false;
+    partial.disarm();
     if n > 1 {
         crate::observe::quorum_attempt("granted", Some(valid_until - now));
     }
@@ -567,15 +569,17 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     let n = members.len();
     let need = majority(n);
     let sent_at = Instant::now();
-    let mut partial = Partial {
-        members: members.to_vec(),
-        keys: ask.keys.clone(),
-        owner: ask.owner.clone(),
-        held: vec![false; n],
-        tokens: vec![None; n],
-        requests: vec![None; n],
-        armed: true,
-    };
+    let mut partial = Partial::new(
+        Levels {
+            members: members.to_vec(),
+            keys: ask.keys.clone(),
+            owner: ask.owner.clone(),
+            held: vec![false; n],
+            tokens: vec![None; n],
+            requests: vec![None; n],
+        },
+        true,
+    );
     let t = gather(members, ask, &mut partial, sent_at).await;
     let Tally {
         counts,
@@ -1302,15 +1306,17 @@ mod tests {
         // Held twice: once before the attempt, once by the attempt itself.
         *master.hold.lock() = Some(("me:1".into(), 2));
         master.lose_next_release_reply.store(true, Ordering::SeqCst);
-        let mut partial = Partial {
-            members: vec![master.clone()],
-            keys,
-            owner: Str::from_static("me:1"),
-            held: vec![true],
-            tokens: vec![Some(7)],
-            requests: vec![None],
-            armed: true,
-        };
+        let mut partial = Partial::new(
+            Levels {
+                members: vec![master.clone()],
+                keys,
+                owner: Str::from_static("me:1"),
+                held: vec![true],
+                tokens: vec![Some(7)],
+                requests: vec![None],
+            },
+            true,
+        );
         partial.undo().await;
         assert_eq!(master.hold.lock().as_ref().map(|h| h.1), Some(1), "given back once");
         assert!(partial.held[0], "outcome unknown: still to settle");

@@ -87,3 +87,60 @@ impl Backoff {
         self.next = self.first;
     }
 }
+
+/// What a drop must undo (nobody awaits a drop: it starts the work in the
+/// background).
+pub(crate) trait Undo {
+    /// Starts undoing, in the background.
+    fn undo_in_background(&mut self);
+}
+
+/// Holds `T` and, dropped while armed, undoes it in the background: the
+/// one shape of every "give back what a cancelled or failed future left
+/// behind" in the library (a waiter's queue place or mark, a wake-up it
+/// may hold, levels granted to an attempt nobody will own, a request whose
+/// reply was lost). Disarmed once the matter is settled: taken over by a
+/// guard, or undone and awaited.
+pub(crate) struct DropGuard<T: Undo> {
+    inner: T,
+    armed: bool,
+}
+
+impl<T: Undo> DropGuard<T> {
+    pub(crate) fn new(inner: T, armed: bool) -> DropGuard<T> {
+        DropGuard { inner, armed }
+    }
+
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed
+    }
+}
+
+impl<T: Undo> std::ops::Deref for DropGuard<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: Undo> std::ops::DerefMut for DropGuard<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
+
+impl<T: Undo> Drop for DropGuard<T> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner.undo_in_background();
+        }
+    }
+}

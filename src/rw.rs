@@ -8,14 +8,12 @@
 //! mark that holds new readers back.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::Core;
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
-use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Refusal, Request, Target};
+use crate::wait::{LeaveOnExit, Policy, Reentrant, Refusal, Request, Target};
 
 /// The write side's policy: the reentrant lock's, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
@@ -24,11 +22,9 @@ use crate::wait::{leave_all, leave_in_background, Policy, Reentrant, Refusal, Re
 pub(crate) struct WriteWait {
     inner: Reentrant,
     refresh: Duration,
-    core: Arc<Core>,
-    keys: Arc<LockKeys>,
-    owner: Str,
-    /// An attempt may have left the mark, and nothing took it back yet.
-    armed: bool,
+    /// Armed while an attempt may have left the mark and nothing took it
+    /// back yet.
+    mark: LeaveOnExit,
 }
 
 impl WriteWait {
@@ -36,20 +32,7 @@ impl WriteWait {
         WriteWait {
             inner: Reentrant::default(),
             refresh: t.core.first().waiter_timeout / 3,
-            core: t.core.clone(),
-            keys: t.keys.clone(),
-            owner: owner.clone(),
-            armed: false,
-        }
-    }
-}
-
-impl WriteWait {
-    /// Takes the mark back now; on failure the drop retries in the
-    /// background.
-    async fn leave_now(&mut self) {
-        if self.armed && leave_all(&self.core, &self.keys, &self.owner, None).await.is_ok() {
-            self.armed = false;
+            mark: LeaveOnExit::leave(t, owner, false),
         }
     }
 }
@@ -64,7 +47,7 @@ impl Policy for WriteWait {
         // The writer shares the channel with readers (`wait::Shared`).
         interest.wake_every_wait();
         // This turn's attempt waits, so a refusal leaves the mark.
-        self.armed = true;
+        self.mark.arm();
     }
 
     fn pause(&mut self, _refusal: &Refusal, bound: Duration) -> Duration {
@@ -75,18 +58,12 @@ impl Policy for WriteWait {
     /// a quorum that did not grant may still have it (refused by the last
     /// attempt there), and it goes in the background when the wait ends.
     fn on_grant(&mut self, _t: Target<'_>, grant: &Grant) {
-        self.armed = self.armed && grant.node_tokens.iter().any(Option::is_none);
+        if grant.node_tokens.iter().all(Option::is_some) {
+            self.mark.disarm();
+        }
     }
 
     fn give_up(&mut self) -> impl Future<Output = ()> + Send {
-        self.leave_now()
-    }
-}
-
-impl Drop for WriteWait {
-    fn drop(&mut self) {
-        if self.armed {
-            leave_in_background(&self.core, &self.keys, &self.owner, None);
-        }
+        self.mark.leave_now()
     }
 }

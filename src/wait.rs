@@ -23,7 +23,7 @@ use crate::owner::OwnerPin;
 use crate::protocol::Waiting;
 use crate::pubsub::Interest;
 use crate::quorum::{Ask, Attempt, Grant};
-use crate::runtime::Backoff;
+use crate::runtime::{Backoff, DropGuard, Undo};
 use crate::settings::Lease;
 
 /// The lock a wait is for: the client's core and the lock's keys.
@@ -189,9 +189,9 @@ pub(crate) struct WakeOne {
     core: Arc<Core>,
     keys: Arc<LockKeys>,
     channel: Str,
-    /// The wait has listened and not taken the lock: when it stops, the
-    /// wake-up it may have taken is passed on.
-    armed: bool,
+    /// Armed while the wait has listened and not taken the lock: when it
+    /// stops, the wake-up it may have taken is passed on.
+    pass_on: LeaveOnExit,
     /// The last attempt failed (it used no wake-up).
     failed: bool,
     /// A wake-up came since the last attempt; `woken_now`: the next
@@ -207,7 +207,7 @@ impl WakeOne {
             core: t.core.clone(),
             keys: t.keys.clone(),
             channel: channel.clone(),
-            armed: false,
+            pass_on: LeaveOnExit::leave(t, &Str::from_static(""), false),
             failed: false,
             woken: false,
             woken_now: false,
@@ -224,7 +224,7 @@ impl WakeOne {
     /// passed on, on the master it came from.
     fn listen(&mut self, interest: &Interest) {
         self.inner.turn(interest);
-        self.armed = true;
+        self.pass_on.arm();
         interest.relay_with(|| {
             // The masters, not the core: the relay outlives the core while
             // the client closes (`PubSub::quit_passing_on`).
@@ -309,7 +309,7 @@ impl Policy for WakeOne {
     }
 
     fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
-        self.armed = false;
+        self.pass_on.disarm();
     }
 
     /// Nothing owed when the wait gives up right after an answered
@@ -317,16 +317,18 @@ impl Policy for WakeOne {
     /// back in the list); after a failed one the drop passes it on.
     fn give_up(&mut self) -> impl Future<Output = ()> + Send {
         if !self.failed {
-            self.armed = false;
+            self.pass_on.disarm();
         }
         async {}
     }
 }
 
 impl Drop for WakeOne {
+    /// Another wait of the client on the channel uses the wake-up: nothing
+    /// to pass on (the guard's drop, after this, passes it on otherwise).
     fn drop(&mut self) {
-        if self.armed && self.last() {
-            leave_in_background(&self.core, &self.keys, &Str::from_static(""), None);
+        if !self.last() {
+            self.pass_on.disarm();
         }
     }
 }
@@ -772,5 +774,52 @@ mod tests {
             .map(|place| p.as_secs_f64() / patience_at(p, place).as_secs_f64())
             .sum();
         assert!((per_patience - 2.93).abs() < 0.01, "{per_patience}");
+    }
+}
+
+/// What a waiter leaves behind on a lock and [`leave_all`] takes back: its
+/// fair-queue place, a writer's mark, a wake-up its client may hold (the
+/// owner `""`), a direct grant made to `request` it never learned of.
+pub(crate) struct Leave {
+    pub(crate) core: Arc<Core>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Str,
+    /// The wait's current request id, when it asks for direct grants.
+    pub(crate) request: Option<String>,
+}
+
+impl Undo for Leave {
+    fn undo_in_background(&mut self) {
+        leave_in_background(&self.core, &self.keys, &self.owner, self.request.take());
+    }
+}
+
+/// A wait's leave-on-exit guard: armed while something may be left behind.
+pub(crate) type LeaveOnExit = DropGuard<Leave>;
+
+impl DropGuard<Leave> {
+    /// A guard for `owner`'s waits on `t`'s lock, armed as told.
+    pub(crate) fn leave(t: Target<'_>, owner: &Str, armed: bool) -> LeaveOnExit {
+        DropGuard::new(
+            Leave {
+                core: t.core.clone(),
+                keys: t.keys.clone(),
+                owner: owner.clone(),
+                request: None,
+            },
+            armed,
+        )
+    }
+
+    /// Leaves now and waits for it, if armed; on failure the drop retries
+    /// in the background.
+    pub(crate) async fn leave_now(&mut self) {
+        if self.is_armed()
+            && leave_all(&self.core, &self.keys, &self.owner, self.request.as_deref())
+                .await
+                .is_ok()
+        {
+            self.disarm();
+        }
     }
 }
