@@ -757,26 +757,6 @@ pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner:
     });
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_client_further_back_in_line_looks_less_often() {
-        let p = Duration::from_millis(500);
-        assert_eq!(patience_at(p, 0), p);
-        assert_eq!(patience_at(p, 1), 2 * p);
-        assert_eq!(patience_at(p, 9), 10 * p);
-        // No overflow: longer than any lease, which bounds it.
-        assert!(patience_at(p, u64::MAX) > crate::settings::MAX_DURATION);
-        // Ten clients in line look 2.9 times per patience between them.
-        let per_patience: f64 = (0..10)
-            .map(|place| p.as_secs_f64() / patience_at(p, place).as_secs_f64())
-            .sum();
-        assert!((per_patience - 2.93).abs() < 0.01, "{per_patience}");
-    }
-}
-
 /// What a waiter leaves behind on a lock and [`leave_all`] takes back: its
 /// fair-queue place, a writer's mark, a wake-up its client may hold (the
 /// owner `""`), a direct grant made to `request` it never learned of.
@@ -821,5 +801,25 @@ impl DropGuard<Leave> {
         {
             self.disarm();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_further_back_in_line_looks_less_often() {
+        let p = Duration::from_millis(500);
+        assert_eq!(patience_at(p, 0), p);
+        assert_eq!(patience_at(p, 1), 2 * p);
+        assert_eq!(patience_at(p, 9), 10 * p);
+        // No overflow: longer than any lease, which bounds it.
+        assert!(patience_at(p, u64::MAX) > crate::settings::MAX_DURATION);
+        // Ten clients in line look 2.9 times per patience between them.
+        let per_patience: f64 = (0..10)
+            .map(|place| p.as_secs_f64() / patience_at(p, place).as_secs_f64())
+            .sum();
+        assert!((per_patience - 2.93).abs() < 0.01, "{per_patience}");
     }
 }
