@@ -1,4 +1,4 @@
--- shared: helpers that node.rs puts in front of every script that writes a
+-- shared: helpers that protocol/mod.rs puts in front of every script that writes a
 -- lock (a script cannot load another one).
 --
 -- refused(e, i)  the reply for a call on KEYS[i] that the server refused

@@ -1,4 +1,4 @@
--- shared_acquire: the parts every kind's acquire script shares; node.rs
+-- shared_acquire: the parts every kind's acquire script shares; protocol/mod.rs
 -- puts it after shared.lua in front of them (h: the lock hash's KEYS
 -- index, c: its fencing counter's, r: the request's replay record's, keep:
 -- the record's lifetime in ms; ARGV[1] is the owner field and ARGV[2] the

@@ -1,4 +1,4 @@
--- shared_release: the part every kind's release script shares; node.rs
+-- shared_release: the part every kind's release script shares; protocol/mod.rs
 -- puts it after shared.lua in front of them.
 --
 -- leave_level(h, c, r, t, fresh, held, kind)

@@ -1,4 +1,4 @@
--- shared_rw: what the read-write lock's scripts share; node.rs puts it
+-- shared_rw: what the read-write lock's scripts share; protocol/mod.rs puts it
 -- after shared.lua in front of them. KEYS[1] is the lock hash.
 --
 -- A read-write lock is one hash. Its owner fields:

@@ -1,4 +1,4 @@
--- shared_wake: waking one sleeping client of a reentrant lock; node.rs puts
+-- shared_wake: waking one sleeping client of a reentrant lock; protocol/mod.rs puts
 -- it in front of the scripts that free or leave such a lock.
 --
 -- A reentrant lock's waiters sleep per client: each client listens on a

@@ -1,4 +1,7 @@
-//! The reentrant lock handle and its acquire loop.
+//! `Lock`, the handle every kind's holds go through: the reentrant and
+//! fair locks directly, each side of a read-write lock (`rw_lock.rs`) and
+//! each acquisition of a semaphore (`semaphore.rs`) inside. Its public
+//! verbs, and the choice of the wait policy of its kind.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +17,9 @@ use crate::rw::WriteWait;
 use crate::settings::{check_lease, check_wait, Lease};
 use crate::wait::{Shared, Target, WakeOne};
 
-/// A handle on one named reentrant lock.
+/// A handle on one named lock: reentrant ([`Client::lock`](crate::Client::lock)),
+/// fair as well ([`Client::fair_lock`](crate::Client::fair_lock)), or one side
+/// of a read-write lock ([`RwLock`](crate::RwLock)).
 ///
 /// Cheap to clone; it holds nothing by itself. Holding the lock is what a
 /// [`LockGuard`] represents. By default the owner is the calling tokio task:
@@ -474,7 +479,8 @@ impl Lock {
 }
 
 fn unreachable_wait() -> Result<LockGuard> {
-    Err(Error::Config(
-        "an unbounded wait ended without a lock (a lockwarden bug)".into(),
-    ))
+    // `wait::wait` returns `Ok(None)` only through `Retries::at_deadline`,
+    // reached only when its deadline is `Some` and has passed; `lock` and
+    // `lock_with_lease` wait without one.
+    unreachable!("a wait without a deadline ended without the lock")
 }
