@@ -283,7 +283,7 @@ impl ClientBuilder {
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
         let spawner = crate::runtime::Spawner::new(runtime.clone());
 
-        let opened = crate::connect::open(configs, shown, &self.options, command_timeout, &runtime, &spawner).await?;
+        let opened = crate::connect::open(configs, shown, &self.options, &settings, &runtime, &spawner).await?;
         let uuid = uuid::Uuid::new_v4().to_string();
         let inner = Core {
             owners: Arc::new(Owners::new(uuid.clone())),

@@ -13,7 +13,7 @@ use crate::keys::LockKeys;
 use crate::node::Node;
 use crate::quorum::Member;
 use crate::runtime::Spawner;
-use crate::settings::Options;
+use crate::settings::{Options, Settings};
 
 /// The masters, connected and checked.
 pub(crate) struct Opened {
@@ -31,10 +31,11 @@ pub(crate) async fn open(
     configs: Vec<Config>,
     shown: Vec<String>,
     options: &Options,
-    command_timeout: Duration,
+    settings: &Settings,
     runtime: &tokio::runtime::Handle,
     spawner: &Spawner,
 ) -> Result<Opened> {
+    let command_timeout = settings.command_timeout;
     let n = configs.len();
     let quorum = n > 1;
     let mut clients = Vec::with_capacity(n);
@@ -67,7 +68,7 @@ pub(crate) async fn open(
         .zip(clients.iter().zip(&subscribers))
         .flat_map(|(config, (client, sub))| crate::sentinel::watch(config, client, sub, runtime))
         .collect();
-    let members = members(clients, options, command_timeout, spawner);
+    let members = members(clients, options, settings, spawner);
     check(&members, options, quorum).await?;
     // Loading is an optimisation (a call falls back to EVAL on
     // NOSCRIPT): masters slow to answer finish it in the background.
@@ -130,22 +131,19 @@ fn named(url: &str, failure: Option<Error>, connect_timeout: Duration) -> Error 
 fn members(
     clients: Vec<fred::clients::Client>,
     options: &Options,
-    command_timeout: Duration,
+    settings: &Settings,
     spawner: &Spawner,
 ) -> Vec<Arc<Member>> {
     let quorum = clients.len() > 1;
-    // Long enough to outlive every retry of the call that wrote it
-    // (bounded by the command timeout), with a wide margin.
-    let record_ttl = (command_timeout * 4).max(Duration::from_secs(1));
     clients
         .into_iter()
         .enumerate()
         .map(|(i, client)| {
             let node = Node {
                 client,
-                command_timeout,
-                record_ttl,
-                waiter_timeout: options.fair_waiter_timeout,
+                command_timeout: settings.command_timeout,
+                record_ttl: settings.record_ttl,
+                waiter_timeout: settings.waiter_timeout,
                 confirm: crate::node::Confirm {
                     replicas: options.min_replicas,
                     aof: options.min_aof,

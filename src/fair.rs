@@ -103,9 +103,9 @@ impl<'a> FairWait<'a> {
         // Direct grants need one master, and none of the replica or disk
         // confirmations: a grant is written by the unlock, and only the
         // waiter's own write can be waited for.
-        let direct = will_wait && t.core.members.len() == 1 && !t.core.first().confirm.any();
+        let direct = will_wait && t.core.members.len() == 1 && !t.core.settings.confirmed_writes;
         let request = direct.then(crate::keys::fresh_request_id);
-        let refresh = t.core.first().waiter_timeout / 3;
+        let refresh = t.core.settings.waiter_timeout / 3;
         FairWait {
             t,
             owner,

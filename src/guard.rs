@@ -332,7 +332,7 @@ impl Release {
             &self.hold.node_tokens,
             self.relet,
             &pending.request,
-            self.inner.first().record_ttl,
+            self.inner.settings.record_ttl,
         )
         .await;
         // Masters whose outcome is unknown were handed to the background.
@@ -384,7 +384,7 @@ impl Drop for Resend {
     fn drop(&mut self) {
         let Some(release) = self.release.take() else { return };
         let request = std::mem::take(&mut self.request);
-        let give_up = self.sent_at + release.inner.first().record_ttl / 2;
+        let give_up = self.sent_at + release.inner.settings.record_ttl / 2;
         // Every master gets the same request again; a master that ran it
         // already answers from its record.
         let spawner = release.inner.spawner();

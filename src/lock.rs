@@ -336,7 +336,7 @@ impl Lock {
                 &tokens,
                 Duration::ZERO,
                 &request,
-                inner.first().record_ttl,
+                inner.settings.record_ttl,
             )
             .await;
             if let (Some(h), Ok(Released::NotHeld) | Err(_)) = (&hold, &res) {

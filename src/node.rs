@@ -111,13 +111,6 @@ pub(crate) struct Confirm {
 
 pub(crate) use crate::settings::AofConfirm;
 
-impl Confirm {
-    /// Whether any confirmation is asked for.
-    pub(crate) fn any(&self) -> bool {
-        self.replicas.is_some() || self.aof.is_some()
-    }
-}
-
 impl Node {
     /// `WAIT n timeout` after a write on `key`: the replicas that have
     /// every write this client sent to the key's node before it.

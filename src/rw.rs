@@ -31,7 +31,7 @@ impl WriteWait {
     pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
         WriteWait {
             inner: Reentrant::default(),
-            refresh: t.core.first().waiter_timeout / 3,
+            refresh: t.core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
         }
     }

@@ -46,6 +46,15 @@ pub(crate) struct Settings {
     /// How long the first client in line for a reentrant lock sleeps at
     /// most before it looks again on its own (more per place behind it).
     pub(crate) wake_patience: Duration,
+    /// How long a waiter's queue place or mark lasts without being
+    /// refreshed (`fair_waiter_timeout`).
+    pub(crate) waiter_timeout: Duration,
+    /// How long a request's replay record lives on the server: long enough
+    /// to outlive every retry of the call that wrote it (bounded by the
+    /// command timeout), with a wide margin.
+    pub(crate) record_ttl: Duration,
+    /// Whether replicas or disks must confirm a write before it counts.
+    pub(crate) confirmed_writes: bool,
 }
 
 /// Every setting of a [`ClientBuilder`](crate::ClientBuilder) but the
@@ -160,6 +169,9 @@ impl Options {
             metric_lock_names: self.metric_lock_names,
             retry_transient_for: self.retry_transient_for,
             wake_patience: self.wake_patience,
+            waiter_timeout: self.fair_waiter_timeout,
+            record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
+            confirmed_writes: self.min_replicas.is_some() || self.min_aof.is_some(),
         })
     }
 }

@@ -745,7 +745,7 @@ pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner:
     let (core, keys, owner) = (core.clone(), keys.clone(), owner.clone());
     let spawner = core.spawner().clone();
     spawner.spawn(async move {
-        let give_up = Instant::now() + core.first().waiter_timeout;
+        let give_up = Instant::now() + core.settings.waiter_timeout;
         let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref()).await {
             if Instant::now() + pause.peek() >= give_up {
