@@ -543,8 +543,8 @@ impl Client {
                 Err(e) => errors.push(e),
             }
         }
-        if n - errors.len() < crate::quorum::majority(n) {
-            return Err(crate::quorum::quorum_error("list", n, n - errors.len(), errors));
+        if n - errors.len() < crate::fanout::majority(n) {
+            return Err(crate::fanout::quorum_error("list", n, n - errors.len(), errors));
         }
         let of_prefix = |key: &str| key.strip_prefix(prefix.as_str()).map(str::to_string);
         let matching = |name: &String| crate::status::glob_match(pattern, name);

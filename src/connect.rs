@@ -10,8 +10,8 @@ use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::member::Member;
 use crate::node::Node;
-use crate::quorum::Member;
 use crate::runtime::Spawner;
 use crate::settings::{Options, Settings};
 
@@ -50,9 +50,9 @@ pub(crate) async fn open(
         .zip(&subscribers)
         .map(|(client, sub)| bring_up(client.clone(), sub.clone(), options.connect_timeout, quorum))
         .collect();
-    let connected = crate::quorum::majority_then_grace(connecting, Result::is_ok, command_timeout, spawner).await;
+    let connected = crate::fanout::majority_then_grace(connecting, Result::is_ok, command_timeout, spawner).await;
     let up = connected.iter().filter(|r| matches!(r, Some(Ok(())))).count();
-    if up < crate::quorum::majority(n) {
+    if up < crate::fanout::majority(n) {
         let errors = connected
             .into_iter()
             .zip(&shown)
@@ -61,7 +61,7 @@ pub(crate) async fn open(
                 failed => Some(named(url, failed.and_then(Result::err), options.connect_timeout)),
             })
             .collect();
-        return Err(crate::quorum::quorum_error("connect", n, up, errors));
+        return Err(crate::fanout::quorum_error("connect", n, up, errors));
     }
     let sentinel_watchers = configs
         .iter()
@@ -79,7 +79,7 @@ pub(crate) async fn open(
             async move { m.node.load_scripts().await }
         })
         .collect();
-    crate::quorum::majority_then_grace(loads, |_| true, command_timeout, spawner).await;
+    crate::fanout::majority_then_grace(loads, |_| true, command_timeout, spawner).await;
     if options.rejoin_delay.is_some() {
         suspect_on_reconnect(&members, runtime);
     }
@@ -365,7 +365,7 @@ async fn check_aof_support(members: &[Arc<Member>]) -> Result<()> {
 
 /// Asks every master with `ask` and returns their answers, `None` for those
 /// still pending once a majority answered and a grace as long again (up to
-/// the node timeout) has passed (see `quorum::majority_then_grace`).
+/// the node timeout) has passed (see `fanout::majority_then_grace`).
 async fn ask_masters<T, F, Fut>(members: &[Arc<Member>], ask: F) -> Vec<Option<Result<T>>>
 where
     F: Fn(Arc<Member>) -> Fut,
@@ -374,11 +374,11 @@ where
 {
     let asks = members.iter().map(|m| ask(m.clone())).collect();
     let grace = members[0].node.command_timeout;
-    crate::quorum::majority_then_grace(
+    crate::fanout::majority_then_grace(
         asks,
         Result::is_ok,
         grace,
-        crate::quorum::NodeOps::spawner(&*members[0]),
+        crate::member::NodeOps::spawner(&*members[0]),
     )
     .await
 }

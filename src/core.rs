@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use fred::prelude::ClientLike;
 
+use crate::member::Member;
 use crate::node::Node;
 use crate::owner::Owners;
 use crate::pubsub::PubSub;
-use crate::quorum::Member;
 use crate::runtime::Spawner;
 use crate::settings::Settings;
 use crate::watchdog::{Holds, Renewing};

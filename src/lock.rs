@@ -266,7 +266,7 @@ impl Lock {
         // Over a quorum: the view of the master ranking at the majority line
         // by remaining lease (held, with at least that lease, on a majority),
         // with the highest token any master has.
-        let need = crate::quorum::majority(self.inner.members.len());
+        let need = crate::fanout::majority(self.inner.members.len());
         let last_token = all.iter().filter_map(|s| s.last_token).max();
         all.sort_by_key(|s| std::cmp::Reverse((s.is_held(), s.leaked, s.remaining_lease)));
         let mut status = all.swap_remove(need.min(all.len()) - 1);
@@ -280,13 +280,13 @@ impl Lock {
         F: Fn(&'a crate::node::Node) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        crate::quorum::on_each(&self.inner.members, op, f).await
+        crate::member::on_each(&self.inner.members, op, f).await
     }
 
     /// The largest value at least a majority of all masters reported
     /// (`floor` when fewer did).
     fn majority_value<T: Ord>(&self, mut values: Vec<T>, floor: T) -> T {
-        let need = crate::quorum::majority(self.inner.members.len());
+        let need = crate::fanout::majority(self.inner.members.len());
         values.sort_unstable_by(|a, b| b.cmp(a));
         if values.len() >= need {
             values.swap_remove(need - 1)

@@ -191,10 +191,10 @@ impl PubSub {
         }
         chan.on_server.store(true, Ordering::Release);
         let n = self.subs.len();
-        let need = crate::quorum::majority(n);
+        let need = crate::fanout::majority(n);
         // The first poll hands every SUBSCRIBE to its connection, so a later
         // UNSUBSCRIBE queues behind it; only the confirmations are awaited.
-        let mut confirms = crate::quorum::Unordered::new((0..n).map(|i| {
+        let mut confirms = crate::fanout::Unordered::new((0..n).map(|i| {
             let (ps, name) = (self.clone(), name.to_string());
             async move { ps.subscribe_one(&ps.subs[i], &name).await }
         }));
@@ -212,7 +212,7 @@ impl PubSub {
         }
         confirms.finish_in_background(&self.spawner);
         if confirmed < need {
-            return Err(crate::quorum::quorum_error("subscribe", n, confirmed, errors));
+            return Err(crate::fanout::quorum_error("subscribe", n, confirmed, errors));
         }
         chan.confirmed.store(true, Ordering::Release);
         Ok(())

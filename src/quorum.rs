@@ -4,79 +4,26 @@
 //! per-node timeout, and counts when a majority (N/2 + 1) agrees. One master
 //! is the single-deployment case of the same code: its majority is itself.
 //!
-//! The fan-out is generic over [`NodeOps`] so the arithmetic can be checked
-//! against in-memory masters as well as real ones.
+//! The rules are generic over [`NodeOps`] (`member.rs`) so the arithmetic
+//! can be checked against in-memory masters as well as real ones; the
+//! fan-outs themselves are in `fanout.rs`.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::stream::{Stream, StreamExt};
-use parking_lot::Mutex;
+use futures::stream::StreamExt;
 
 use crate::error::{Error, Result};
+use crate::fanout::{majority, quorum_error, Unordered};
 use crate::keys::{LockKeys, Str};
-use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::member::NodeOps;
+use crate::node::{AcquireReply, ReleaseReply};
 use crate::protocol::Waiting;
-use crate::runtime::{Backoff, DropGuard, Spawner, Undo};
-
-/// The pauses between re-sends of a request whose outcome is unknown.
-const RESEND: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-
-/// Masters needed out of `n`.
-pub(crate) const fn majority(n: usize) -> usize {
-    n / 2 + 1
-}
+use crate::runtime::{DropGuard, Undo, RESEND};
 
 /// The clock-drift allowance of a lease: 1 % of it plus 2 ms.
 pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
-}
-
-/// What the quorum needs of one master.
-pub(crate) trait NodeOps: Send + Sync + 'static {
-    /// `resent`: `request` was sent before, its outcome unknown.
-    #[allow(clippy::too_many_arguments)]
-    fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        lease: Duration,
-        request: &str,
-        waiting: Waiting,
-        grant: Option<&str>,
-        resent: bool,
-    ) -> impl Future<Output = Result<AcquireReply>> + Send;
-
-    #[allow(clippy::too_many_arguments)]
-    fn release(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        token: Option<u64>,
-        relet: Duration,
-        request: &str,
-        resent: bool,
-    ) -> impl Future<Output = Result<ReleaseReply>> + Send;
-
-    /// Raises the lock's counter to `token` (the quorum's), and the hold
-    /// of `owner` that got `held` there to it as well.
-    fn raise_token(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        held: u64,
-        token: u64,
-    ) -> impl Future<Output = Result<u64>> + Send;
-
-    /// Whether this master may count toward a majority now (false while a
-    /// restarted master waits out its delayed rejoin).
-    fn counts(&self) -> bool;
-
-    /// Where this master's background work (re-sends, give-backs) runs.
-    fn spawner(&self) -> &Spawner;
 }
 
 /// A hold granted by a majority.
@@ -243,135 +190,6 @@ impl<M: NodeOps> Undo for Levels<M> {
     }
 }
 
-/// The replies of one fan-out, in the order they arrive.
-///
-/// `FuturesUnordered` would do, but it wakes its own task whenever it has
-/// polled as many futures as it holds: with one to five masters that is on
-/// nearly every reply, and on a multi-thread runtime each such wake hands the
-/// task to the run queue and rouses an idle worker thread (measured: three
-/// extra context switches per lock + unlock on one master). A quorum has a
-/// handful of masters, so polling the unfinished ones on each wake is cheaper.
-pub(crate) struct Unordered<F> {
-    futures: Vec<Option<Pin<Box<F>>>>,
-}
-
-impl<F: Future> Unordered<F> {
-    pub(crate) fn new(futures: impl IntoIterator<Item = F>) -> Self {
-        Unordered {
-            futures: futures.into_iter().map(|f| Some(Box::pin(f))).collect(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.futures.iter().filter(|f| f.is_some()).count()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.futures.iter().all(Option::is_none)
-    }
-
-    /// Lets the futures still running finish in a task of their own (their
-    /// outputs are dropped): the caller has what it needed from a majority.
-    pub(crate) fn finish_in_background(mut self, spawner: &Spawner)
-    where
-        F: Send + 'static,
-        F::Output: Send,
-    {
-        if !self.is_empty() {
-            spawner.spawn(async move { while self.next().await.is_some() {} });
-        }
-    }
-}
-
-impl<F: Future> Stream for Unordered<F> {
-    type Item = F::Output;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<F::Output>> {
-        // Every future is boxed and pinned, so the vector itself may move.
-        let this = self.get_mut();
-        let mut any = false;
-        for slot in this.futures.iter_mut() {
-            let Some(f) = slot else { continue };
-            any = true;
-            if let std::task::Poll::Ready(out) = f.as_mut().poll(cx) {
-                *slot = None;
-                return std::task::Poll::Ready(Some(out));
-            }
-        }
-        if any {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(None)
-        }
-    }
-}
-
-/// Runs `f` on every master at once and waits for all; the answers, when a
-/// majority answered, else the quorum error naming the failures.
-pub(crate) async fn on_each<'a, T, F, Fut>(members: &'a [Arc<Member>], op: &'static str, f: F) -> Result<Vec<T>>
-where
-    F: Fn(&'a Node) -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let n = members.len();
-    let results = futures::future::join_all(members.iter().map(|m| f(&m.node))).await;
-    let mut ok = Vec::with_capacity(n);
-    let mut errors = Vec::new();
-    for r in results {
-        match r {
-            Ok(v) => ok.push(v),
-            Err(e) => errors.push(e),
-        }
-    }
-    if ok.len() < majority(n) {
-        return Err(quorum_error(op, n, ok.len(), errors));
-    }
-    Ok(ok)
-}
-
-/// Runs one future per master and returns each one's output, `None` for
-/// those still running once a majority of outputs passed `good` and a grace
-/// as long again as that took has passed (at least 20 ms, at most
-/// `max_grace`). Those go on in the background, their outputs dropped: a
-/// stopped master holds nobody up. With one master this waits for it.
-pub(crate) async fn majority_then_grace<T, F>(
-    futures: Vec<F>,
-    good: impl Fn(&T) -> bool,
-    max_grace: Duration,
-    spawner: &Spawner,
-) -> Vec<Option<T>>
-where
-    F: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let n = futures.len();
-    let start = Instant::now();
-    let mut pending = Unordered::new(
-        futures
-            .into_iter()
-            .enumerate()
-            .map(|(i, f)| async move { (i, f.await) }),
-    );
-    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    let mut goods = 0;
-    while goods < majority(n) {
-        let Some((i, r)) = pending.next().await else {
-            return out;
-        };
-        goods += usize::from(good(&r));
-        out[i] = Some(r);
-    }
-    let grace = start
-        .elapsed()
-        .clamp(Duration::from_millis(20), max_grace.max(Duration::from_millis(20)));
-    let end = Instant::now() + grace;
-    while let Ok(Some((i, r))) = tokio::time::timeout_at(end.into(), pending.next()).await {
-        out[i] = Some(r);
-    }
-    pending.finish_in_background(spawner);
-    out
-}
-
 /// The smallest meaningful PTTL among holders' replies.
 fn combine_pttl(pttls: &[i64]) -> i64 {
     if let Some(p) = pttls.iter().copied().filter(|p| *p >= 0).min() {
@@ -381,43 +199,6 @@ fn combine_pttl(pttls: &[i64]) -> i64 {
         return crate::protocol::FREE_BUT_QUEUED;
     }
     -1
-}
-
-/// The error of an operation that reached fewer than a majority.
-pub(crate) fn quorum_error(op: &'static str, n: usize, reached: usize, mut errors: Vec<Error>) -> Error {
-    if n == 1 {
-        if let Some(e) = errors.pop() {
-            return e;
-        }
-    }
-    // A refusal that a retry cannot fix (wrong type, permissions) says more
-    // than "not enough masters".
-    if let Some(i) = errors.iter().position(|e| !e.is_retryable()) {
-        return errors.swap_remove(i);
-    }
-    Error::QuorumNotReached {
-        op,
-        reached,
-        needed: majority(n),
-        masters: n,
-        last: describe_failures(&errors),
-    }
-}
-
-/// Every distinct failure once, in the order seen, so a quorum error says
-/// why each master did not count (a replica's READONLY, a timeout, ...).
-fn describe_failures(errors: &[Error]) -> String {
-    let mut seen: Vec<String> = Vec::new();
-    for e in errors {
-        let text = e.to_string();
-        if !seen.contains(&text) {
-            seen.push(text);
-        }
-    }
-    if seen.is_empty() {
-        return "masters left out (failing recently, or waiting out the delayed rejoin)".into();
-    }
-    seen.join("; ")
 }
 
 /// One acquire attempt on every master.
@@ -776,273 +557,15 @@ pub(crate) async fn resend_release<M: NodeOps>(
     }
 }
 
-/// One master of a client: its connection and its rejoin state.
-pub(crate) struct Member {
-    pub(crate) node: Node,
-    pub(crate) index: usize,
-    rejoin: Arc<Rejoin>,
-    /// In a quorum: a master that just failed to answer is left out of
-    /// acquire attempts until then, so a stopped master does not cost every
-    /// attempt the node timeout. The first attempt after it probes again.
-    resting_until: Mutex<Option<Instant>>,
-    quorum: bool,
-    /// False while the server behind this master has not been told apart
-    /// from the others (it was down at build); a duplicate stays false.
-    identified: AtomicBool,
-    /// Where this master's background work runs.
-    spawner: Spawner,
-}
-
-/// The delayed-rejoin state of one master.
-struct Rejoin {
-    index: usize,
-    /// How long a master that (re)started must wait before it counts.
-    delay: Option<Duration>,
-    /// While set, the master is out of the majority until this instant.
-    out_until: Mutex<Option<Instant>>,
-    /// The connection broke since the master's uptime was last checked.
-    suspect: AtomicBool,
-    /// fred announces a re-opened connection before it writes anything on
-    /// it, so an event pending here after a reply means the command may have
-    /// run on a new connection (to a restarted server).
-    reconnects: Mutex<Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>>,
-}
-
-impl Rejoin {
-    fn observe_uptime(&self, uptime: Duration) {
-        let Some(delay) = self.delay else { return };
-        if uptime >= delay {
-            return;
-        }
-        let until = Instant::now() + (delay - uptime);
-        let mut out = self.out_until.lock();
-        if out.is_none_or(|t| t < until) {
-            tracing::warn!(
-                master = self.index,
-                uptime_s = uptime.as_secs(),
-                out_ms = (delay - uptime).as_millis() as u64,
-                "master (re)started recently; it stays out of the majority for the rejoin delay"
-            );
-            *out = Some(until);
-        }
-    }
-}
-
-impl Member {
-    pub(crate) fn new(
-        node: Node,
-        index: usize,
-        rejoin_delay: Option<Duration>,
-        quorum: bool,
-        spawner: Spawner,
-    ) -> Member {
-        let reconnects = rejoin_delay.map(|_| fred::prelude::EventInterface::reconnect_rx(&node.client));
-        Member {
-            spawner,
-            resting_until: Mutex::new(None),
-            quorum,
-            identified: AtomicBool::new(true),
-            node,
-            index,
-            rejoin: Arc::new(Rejoin {
-                index,
-                delay: rejoin_delay,
-                out_until: Mutex::new(None),
-                suspect: AtomicBool::new(false),
-                reconnects: Mutex::new(reconnects),
-            }),
-        }
-    }
-
-    /// Whether the connection was re-opened since the last look (then the
-    /// master is suspect until its uptime was checked).
-    fn reconnected(&self) -> bool {
-        use tokio::sync::broadcast::error::TryRecvError;
-        let mut rx = self.rejoin.reconnects.lock();
-        let Some(rx) = rx.as_mut() else { return false };
-        let mut seen = false;
-        while let Ok(_) | Err(TryRecvError::Lagged(_)) = rx.try_recv() {
-            seen = true;
-        }
-        if seen {
-            self.suspect();
-        }
-        seen
-    }
-
-    /// Records the master's uptime: one that started less than the rejoin
-    /// delay ago stays out until the delay has passed since its start.
-    pub(crate) fn observe_uptime(&self, uptime: Duration) {
-        self.rejoin.observe_uptime(uptime);
-    }
-
-    /// A master that was down when the client was built: it stays out of
-    /// the majority until its server answers and is found to be none of the
-    /// other masters (`seen`: run_id → master). One that is the same server
-    /// as another master never counts (it would count twice).
-    pub(crate) fn identify_later(self: &Arc<Self>, seen: Arc<Mutex<std::collections::HashMap<String, usize>>>) {
-        self.identified.store(false, Ordering::Release);
-        let member = Arc::downgrade(self);
-        self.spawner.spawn(async move {
-            let mut pause = RESEND;
-            loop {
-                // Ends with the client.
-                let Some(m) = member.upgrade() else { return };
-                match m.node.identity().await {
-                    Ok((run_id, uptime)) => {
-                        m.observe_uptime(uptime);
-                        if !run_id.is_empty() {
-                            let mut seen = seen.lock();
-                            if let Some(&other) = seen.get(&run_id).filter(|&&j| j != m.index) {
-                                tracing::error!(
-                                    master = m.index,
-                                    same_as = other,
-                                    %run_id,
-                                    "this master is the same server as another one; it never counts toward the majority"
-                                );
-                                return;
-                            }
-                            seen.insert(run_id, m.index);
-                        }
-                        m.identified.store(true, Ordering::Release);
-                        return;
-                    }
-                    // Still down: ask again later.
-                    Err(e) if e.is_outcome_unknown() => {}
-                    // It answers, but not INFO (an ACL, say): as at build, a
-                    // master that cannot be checked counts.
-                    Err(e) => {
-                        tracing::warn!(master = m.index, error = %e, "cannot tell this master apart from the others");
-                        m.identified.store(true, Ordering::Release);
-                        return;
-                    }
-                }
-                drop(m);
-                tokio::time::sleep(pause.next()).await;
-            }
-        });
-    }
-
-    /// Keeps the master out of the majority until its uptime was checked
-    /// again (its connection broke or was re-opened: it may have restarted).
-    pub(crate) fn suspect(&self) {
-        if self.rejoin.delay.is_none() || self.rejoin.suspect.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (node, rejoin) = (self.node.clone(), self.rejoin.clone());
-        self.spawner.spawn(async move {
-            let mut pause = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-            loop {
-                match node.identity().await {
-                    Ok((_, uptime)) => {
-                        rejoin.observe_uptime(uptime);
-                        rejoin.suspect.store(false, Ordering::Release);
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(pause.next()).await,
-                }
-            }
-        });
-    }
-
-    fn note<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r {
-            if matches!(e, Error::Connection { .. }) {
-                self.suspect();
-            }
-            if self.quorum && e.is_outcome_unknown() {
-                let rest = (self.node.command_timeout * 5).min(Duration::from_secs(1));
-                *self.resting_until.lock() = Some(Instant::now() + rest);
-            }
-        }
-        r
-    }
-}
-
-impl NodeOps for Member {
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        lease: Duration,
-        request: &str,
-        waiting: Waiting,
-        grant: Option<&str>,
-        resent: bool,
-    ) -> Result<AcquireReply> {
-        let r = self.note(
-            self.node
-                .acquire(keys, owner, lease, request, waiting, grant, resent)
-                .await,
-        );
-        if r.is_ok() && self.reconnected() {
-            // It ran on a re-opened connection, maybe on a restarted master:
-            // not counted (and undone, as a reply of unknown outcome).
-            return Err(Error::Connection {
-                op: "acquire",
-                message: "the master's connection was re-opened; not counted until its uptime is checked".into(),
-            });
-        }
-        r
-    }
-
-    async fn release(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        token: Option<u64>,
-        relet: Duration,
-        request: &str,
-        resent: bool,
-    ) -> Result<ReleaseReply> {
-        self.note(self.node.release(keys, owner, token, relet, request, resent).await)
-    }
-
-    async fn raise_token(&self, keys: &LockKeys, owner: &Str, held: u64, token: u64) -> Result<u64> {
-        self.note(self.node.raise_token(keys, owner, held, token).await)
-    }
-
-    fn spawner(&self) -> &Spawner {
-        &self.spawner
-    }
-
-    fn counts(&self) -> bool {
-        if !self.identified.load(Ordering::Acquire) {
-            return false;
-        }
-        if self.quorum {
-            let mut resting = self.resting_until.lock();
-            match *resting {
-                Some(t) if Instant::now() < t => return false,
-                Some(_) => *resting = None,
-                None => {}
-            }
-        }
-        if self.rejoin.delay.is_none() {
-            return true;
-        }
-        if self.reconnected() || self.rejoin.suspect.load(Ordering::Acquire) {
-            return false;
-        }
-        let mut out = self.rejoin.out_until.lock();
-        match *out {
-            Some(t) if Instant::now() < t => false,
-            Some(_) => {
-                *out = None;
-                tracing::info!(master = self.index, "master counts toward the majority again");
-                true
-            }
-            None => true,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The quorum arithmetic against in-memory masters (pure logic; the
     //! real-server behaviour is in tests/quorum.rs).
 
     use super::*;
+    use crate::runtime::Spawner;
+    use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// An in-memory master: one lock, a fencing counter, up or down.
     struct Fake {

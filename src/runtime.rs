@@ -48,6 +48,9 @@ pub(crate) fn jitter(max: Duration) -> Duration {
     max / 2 + max / 2 * frac / 1000
 }
 
+/// The pauses between re-sends of a request whose outcome is unknown.
+pub(crate) const RESEND: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
 /// A pause that doubles after each use, from `first` up to `max`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {

@@ -732,7 +732,7 @@ fn lease_bound(pttl: i64) -> Duration {
 /// `Protocol::leave`); fine when a majority confirmed. `request`: a fair
 /// wait's id, when it asked for direct grants.
 pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
-    crate::quorum::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
+    crate::member::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
         .await
         .map(|_| ())
 }

@@ -16,8 +16,10 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::fanout::majority;
 use crate::keys::Str;
-use crate::quorum::{drift, majority, Grant, Member};
+use crate::member::Member;
+use crate::quorum::{drift, Grant};
 use crate::settings::Settings;
 
 /// Most keys renewed by one script call.
@@ -385,7 +387,7 @@ pub(crate) async fn tick(r: Renewing<'_>) {
     // (confirmed, gone) per hold.
     let tally: Mutex<Vec<(usize, usize)>> = Mutex::new(vec![(0, 0); holds.len()]);
     let indexed: Vec<(usize, &Arc<Hold>)> = holds.iter().enumerate().collect();
-    let per_master = r.members.iter().filter(|m| crate::quorum::NodeOps::counts(&***m)).map(|m| {
+    let per_master = r.members.iter().filter(|m| crate::member::NodeOps::counts(&***m)).map(|m| {
         let clustered = fred::prelude::ClientLike::is_clustered(&m.node.client);
         let mut groups: HashMap<u16, Vec<(usize, &Arc<Hold>)>> = HashMap::new();
         for (i, h) in &indexed {
