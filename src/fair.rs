@@ -22,7 +22,7 @@ use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
 use crate::settings::Lease;
-use crate::wait::{LeaveOnExit, Policy, Refusal, Request, Target, Wake};
+use crate::wait::{Channel, LeaveOnExit, Message, Outcome, Policy, Refusal, Request, Target, Wake};
 
 /// Where one grant-asking fair waiter of this client listens:
 /// `wake_prefix` + `<client-uuid>:w<n>`. Each waiting call holds the lowest
@@ -163,19 +163,46 @@ impl<'a> FairWait<'a> {
 }
 
 impl Policy for FairWait<'_> {
-    /// Its wake id's channel, or its owner's: an unlock wakes only the head.
-    fn channel(&self, t: Target<'_>) -> Str {
+    /// Its wake id's channel, or its owner's: an unlock wakes only the
+    /// head. A wake id's channel may still be subscribed (by an earlier
+    /// wait of the client): the wait then listens from before its first
+    /// attempt.
+    fn channel(&mut self, t: Target<'_>) -> Channel {
         let end: &str = match &self.wake {
             Some(w) => &w.name,
             None => self.owner,
         };
-        crate::keys::joined(&[&t.keys.wake_prefix, end]).into()
+        let name: Str = crate::keys::joined(&[&t.keys.wake_prefix, end]).into();
+        match self
+            .wake
+            .as_ref()
+            .and_then(|_| t.core.pubsub.interest_if_subscribed(&name))
+        {
+            Some(interest) => Channel::Open(interest),
+            None => Channel::Named(name),
+        }
     }
 
-    fn early_interest(&mut self, t: Target<'_>) -> Option<Interest> {
-        self.wake
-            .as_ref()
-            .and_then(|_| t.core.pubsub.interest_if_subscribed(&self.channel(t)))
+    /// Each attempt (re-)joins the queue, so leaving is owed again. On the
+    /// first turn, a waiter asking for grants first checks cheaply whether
+    /// the lock was freed or granted to it before it subscribed; if
+    /// neither, its queued place and its first attempt's answer stand (a
+    /// later grant arrives as a message, or in the record).
+    fn turn(
+        &mut self,
+        t: Target<'_>,
+        _interest: &Interest,
+        first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        self.queued.arm();
+        let request = self.request.as_deref();
+        async move {
+            match (first, request) {
+                (None, _) | (_, None) => Ok(false),
+                (Some(true), Some(_)) => Ok(true),
+                (Some(false), Some(id)) => t.core.first().worth_an_attempt(t.keys, id).await.map(|worth| !worth),
+            }
+        }
     }
 
     fn request(&self) -> Request<'_> {
@@ -187,26 +214,6 @@ impl Policy for FairWait<'_> {
             },
             grant_to: self.request.as_deref().zip(self.wake.as_ref().map(|w| w.name.as_str())),
             wake: None,
-        }
-    }
-
-    /// Each attempt (re-)joins the queue, so leaving is owed again.
-    fn turn(&mut self, _interest: &Interest) {
-        self.queued.arm();
-    }
-
-    /// A waiter asking for grants first checks cheaply whether the lock was
-    /// freed or granted to it before it subscribed; if neither, its queued
-    /// place and its first attempt's answer stand (a later grant arrives as
-    /// a message, or in the record).
-    fn first_answer_stands(&self, t: Target<'_>, listened_early: bool) -> impl Future<Output = Result<bool>> + Send {
-        let request = self.request.as_deref();
-        async move {
-            match request {
-                Some(_) if listened_early => Ok(true),
-                Some(id) => t.core.first().worth_an_attempt(t.keys, id).await.map(|worth| !worth),
-                None => Ok(false),
-            }
         }
     }
 
@@ -223,22 +230,9 @@ impl Policy for FairWait<'_> {
         sleep.min(self.refresh)
     }
 
-    /// Leaves every queue: masters whose queues disagree on the order would
-    /// otherwise keep handing their heads different waiters.
-    fn on_split(&mut self) -> impl Future<Output = ()> + Send {
-        self.queued.leave_now()
-    }
-
-    fn on_wake(
-        &mut self,
-        _t: Target<'_>,
-        pin: &OwnerPin,
-        lease: Lease,
-        payload: Option<String>,
-        sent_at: Instant,
-    ) -> Wake {
+    fn on_wake(&mut self, m: Message<'_>) -> Wake {
         let (Some(request), Some((token, ms, id))) =
-            (self.request.as_deref(), payload.as_deref().and_then(parse_grant))
+            (self.request.as_deref(), m.payload.as_deref().and_then(parse_grant))
         else {
             return Wake::Attempt;
         };
@@ -249,7 +243,7 @@ impl Policy for FairWait<'_> {
             // this one.
             return Wake::Stale;
         }
-        match self.claim_grant(pin, lease, token, ms, sent_at) {
+        match self.claim_grant(m.pin, m.lease, token, ms, m.sent_at) {
             Some(guard) => {
                 self.queued.disarm(); // the grant removed us from the queue
                 Wake::Granted(guard)
@@ -258,23 +252,35 @@ impl Policy for FairWait<'_> {
         }
     }
 
-    /// When the attempt's outcome is unknown, the quorum layer re-sends it
-    /// in the background and gives back whatever it got (a hold, or a grant
-    /// an unlock wrote to its record), so the wait must not replay that id
-    /// and take the same record as its own: it goes on under a fresh id,
-    /// which its next attempt writes into its ask. After a known refusal
-    /// the id stays: a grant written to it since is the wait's to claim.
-    fn on_error(&mut self, e: &Error) {
-        if self.request.is_some() && e.is_outcome_unknown() {
-            self.request = Some(crate::keys::fresh_request_id());
-            self.queued.request = self.request.clone();
+    /// Granted: see [`FairWait::granted`]. Failed: see
+    /// [`FairWait::failed`]. A split leaves every queue: masters whose
+    /// queues disagree on the order would otherwise keep handing their
+    /// heads different waiters. Giving up leaves the queue.
+    fn on_outcome(&mut self, t: Target<'_>, outcome: Outcome<'_>) -> impl Future<Output = ()> + Send {
+        let leave = match outcome {
+            Outcome::Granted(grant) => {
+                self.granted(t, grant);
+                false
+            }
+            Outcome::Failed(e) => {
+                self.failed(e);
+                false
+            }
+            Outcome::Split | Outcome::GaveUp => true,
+        };
+        async move {
+            if leave {
+                self.queued.leave_now().await;
+            }
         }
     }
+}
 
+impl FairWait<'_> {
     /// Taking the lock removed the waiter from the queue. Granted by a
     /// majority, it leaves the queues of the other masters in the
     /// background, so it does not block them.
-    fn on_grant(&mut self, t: Target<'_>, grant: &Grant) {
+    fn granted(&mut self, t: Target<'_>, grant: &Grant) {
         self.queued.disarm();
         if !self.will_wait || t.core.members.len() == 1 {
             return;
@@ -289,7 +295,16 @@ impl Policy for FairWait<'_> {
         }
     }
 
-    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
-        self.queued.leave_now()
+    /// When the attempt's outcome is unknown, the quorum layer re-sends it
+    /// in the background and gives back whatever it got (a hold, or a grant
+    /// an unlock wrote to its record), so the wait must not replay that id
+    /// and take the same record as its own: it goes on under a fresh id,
+    /// which its next attempt writes into its ask. After a known refusal
+    /// the id stays: a grant written to it since is the wait's to claim.
+    fn failed(&mut self, e: &Error) {
+        if self.request.is_some() && e.is_outcome_unknown() {
+            self.request = Some(crate::keys::fresh_request_id());
+            self.queued.request = self.request.clone();
+        }
     }
 }

@@ -10,10 +10,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::error::Result;
 use crate::keys::Str;
 use crate::pubsub::Interest;
-use crate::quorum::Grant;
-use crate::wait::{LeaveOnExit, Policy, Reentrant, Refusal, Request, Target};
+use crate::wait::{LeaveOnExit, Outcome, Policy, Reentrant, Refusal, Request, Target};
 
 /// The write side's policy: the reentrant lock's, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
@@ -38,16 +38,22 @@ impl WriteWait {
 }
 
 impl Policy for WriteWait {
-    fn request(&self) -> Request<'_> {
-        self.inner.request()
+    /// This turn's attempt waits, so a refusal leaves the mark. The writer
+    /// shares the channel with readers (`wait::Shared`).
+    fn turn(
+        &mut self,
+        t: Target<'_>,
+        interest: &Interest,
+        first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let stands = self.inner.turn(t, interest, first);
+        interest.wake_every_wait();
+        self.mark.arm();
+        stands
     }
 
-    fn turn(&mut self, interest: &Interest) {
-        self.inner.turn(interest);
-        // The writer shares the channel with readers (`wait::Shared`).
-        interest.wake_every_wait();
-        // This turn's attempt waits, so a refusal leaves the mark.
-        self.mark.arm();
+    fn request(&self) -> Request<'_> {
+        self.inner.request()
     }
 
     fn pause(&mut self, _refusal: &Refusal, bound: Duration) -> Duration {
@@ -57,13 +63,22 @@ impl Policy for WriteWait {
     /// Taking the lock removed the mark where it was granted; a master of
     /// a quorum that did not grant may still have it (refused by the last
     /// attempt there), and it goes in the background when the wait ends.
-    fn on_grant(&mut self, _t: Target<'_>, grant: &Grant) {
-        if grant.node_tokens.iter().all(Option::is_some) {
-            self.mark.disarm();
+    /// Giving up takes the mark back now.
+    fn on_outcome(&mut self, _t: Target<'_>, outcome: Outcome<'_>) -> impl Future<Output = ()> + Send {
+        let give_up = match outcome {
+            Outcome::Granted(grant) => {
+                if grant.node_tokens.iter().all(Option::is_some) {
+                    self.mark.disarm();
+                }
+                false
+            }
+            Outcome::GaveUp => true,
+            Outcome::Failed(_) | Outcome::Split => false,
+        };
+        async move {
+            if give_up {
+                self.mark.leave_now().await;
+            }
         }
-    }
-
-    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
-        self.mark.leave_now()
     }
 }

@@ -77,36 +77,65 @@ pub(crate) enum Wake {
     Stale,
 }
 
-/// The hooks through which a lock kind shapes [`wait`]. Every default is
-/// the reentrant lock's behaviour.
+/// Where a wait listens ([`Policy::channel`]).
+pub(crate) enum Channel {
+    /// A subscription still open (from an earlier wait): the wait listens
+    /// from before its first attempt.
+    Open(Interest),
+    /// The channel to subscribe to after the first refusal.
+    Named(Str),
+}
+
+/// A wake message as [`Policy::on_wake`] sees it.
+pub(crate) struct Message<'a> {
+    pub(crate) pin: &'a OwnerPin,
+    pub(crate) lease: Lease,
+    /// The latest message that said more than "wake up", as the subscriber
+    /// kept it.
+    pub(crate) payload: Option<String>,
+    /// When the wait's last attempt was sent.
+    pub(crate) sent_at: Instant,
+}
+
+/// How an attempt, or the wait, ended ([`Policy::on_outcome`]).
+pub(crate) enum Outcome<'a> {
+    /// Granted; its guard is made next.
+    Granted(&'a Grant),
+    /// The attempt failed (retried, or returned).
+    Failed(&'a Error),
+    /// Masters split between contenders (each gave its part back); the
+    /// wait pauses at random before its next attempt.
+    Split,
+    /// The wait ends without the lock (its deadline passed).
+    GaveUp,
+}
+
+/// The six hooks through which a lock kind shapes [`wait`]. Every default
+/// is the behaviour of a plain wait on the lock's channel.
 pub(crate) trait Policy: Send {
-    /// The channel whose messages wake this wait: by default the lock's,
-    /// which every unlock publishes on.
-    fn channel(&self, t: Target<'_>) -> Str {
-        t.keys.channel.clone()
+    /// Where the wait listens, asked once before its first attempt: by
+    /// default the lock's channel, which every unlock publishes on,
+    /// subscribed after the first refusal.
+    fn channel(&mut self, t: Target<'_>) -> Channel {
+        Channel::Named(t.keys.channel.clone())
     }
 
-    /// A subscription to its channel that is still open (from an earlier
-    /// wait), to listen from before the first attempt; `None` subscribes
-    /// after it.
-    fn early_interest(&mut self, _t: Target<'_>) -> Option<Interest> {
-        None
+    /// Each turn of the loop starts here, before its attempt; the wait
+    /// listens on `interest`. `first`: on the first turn, whether the wait
+    /// has listened since before the first attempt. Answers whether the
+    /// last answer still stands, so the turn makes no attempt.
+    fn turn(
+        &mut self,
+        _t: Target<'_>,
+        _interest: &Interest,
+        _first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        async { Ok(false) }
     }
 
     /// What the next attempt adds to its request.
     fn request(&self) -> Request<'_> {
         Request::default()
-    }
-
-    /// Each turn of the loop starts here, before its attempt; the wait
-    /// listens on `interest`.
-    fn turn(&mut self, _interest: &Interest) {}
-
-    /// On the first turn only: whether the first attempt's answer still
-    /// stands, so the turn makes no attempt. `listened_early`: the wait
-    /// has listened since before that attempt.
-    fn first_answer_stands(&self, _t: Target<'_>, _listened_early: bool) -> impl Future<Output = Result<bool>> + Send {
-        async { Ok(false) }
     }
 
     /// How long to sleep after `refusal` (not after a split); `bound` is
@@ -115,34 +144,14 @@ pub(crate) trait Policy: Send {
         bound
     }
 
-    /// Masters split between contenders (each gave its part back); the wait
-    /// pauses at random before its next attempt.
-    fn on_split(&mut self) -> impl Future<Output = ()> + Send {
-        async {}
-    }
-
-    /// A wake message arrived (`payload`: the latest message that said
-    /// more than "wake up", as the subscriber kept it): what the wait does
-    /// about it. The last attempt was sent at `sent_at`.
-    fn on_wake(
-        &mut self,
-        _t: Target<'_>,
-        _pin: &OwnerPin,
-        _lease: Lease,
-        _payload: Option<String>,
-        _sent_at: Instant,
-    ) -> Wake {
+    /// A wake message arrived: what the wait does about it.
+    fn on_wake(&mut self, _message: Message<'_>) -> Wake {
         Wake::Attempt
     }
 
-    /// An attempt failed with `e` (retried, or returned).
-    fn on_error(&mut self, _e: &Error) {}
-
-    /// An attempt was granted `grant`; its guard is made next.
-    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {}
-
-    /// The wait ends without the lock (its deadline passed).
-    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
+    /// How an attempt, or the wait, ended: what the kind settles then
+    /// (its queue place, its mark, a wake-up it owes).
+    fn on_outcome(&mut self, _t: Target<'_>, _outcome: Outcome<'_>) -> impl Future<Output = ()> + Send {
         async {}
     }
 }
@@ -171,7 +180,20 @@ impl Policy for Reentrant {
         }
     }
 
-    fn turn(&mut self, interest: &Interest) {
+    fn turn(
+        &mut self,
+        _t: Target<'_>,
+        interest: &Interest,
+        _first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        self.listen(interest);
+        async { Ok(false) }
+    }
+}
+
+impl Reentrant {
+    /// The attempts from now on are made while listening on `interest`.
+    fn listen(&mut self, interest: &Interest) {
         self.listening = true;
         self.shared = interest.shared();
     }
@@ -223,7 +245,7 @@ impl WakeOne {
     /// Listens from now on: a message that finds no wait of the client is
     /// passed on, on the master it came from.
     fn listen(&mut self, interest: &Interest) {
-        self.inner.turn(interest);
+        self.inner.listen(interest);
         self.pass_on.arm();
         interest.relay_with(|| {
             // The masters, not the core: the relay outlives the core while
@@ -244,17 +266,31 @@ impl WakeOne {
 }
 
 impl Policy for WakeOne {
-    fn channel(&self, _t: Target<'_>) -> Str {
-        self.channel.clone()
-    }
-
     /// The client's channel may still be subscribed (another wait, or a
     /// recent one): the first attempt then listens, and its refusal puts
     /// the client in the waiters list at once.
-    fn early_interest(&mut self, t: Target<'_>) -> Option<Interest> {
-        let interest = t.core.pubsub.interest_if_subscribed(&self.channel)?;
-        self.listen(&interest);
-        Some(interest)
+    fn channel(&mut self, t: Target<'_>) -> Channel {
+        match t.core.pubsub.interest_if_subscribed(&self.channel) {
+            Some(interest) => {
+                self.listen(&interest);
+                Channel::Open(interest)
+            }
+            None => Channel::Named(self.channel.clone()),
+        }
+    }
+
+    /// A first attempt made while listening was refused with the client
+    /// put in the waiters list: the unlock wakes it.
+    fn turn(
+        &mut self,
+        _t: Target<'_>,
+        interest: &Interest,
+        first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        self.listen(interest);
+        self.failed = false;
+        self.woken_now = std::mem::take(&mut self.woken);
+        async move { Ok(first == Some(true)) }
     }
 
     fn request(&self) -> Request<'_> {
@@ -269,28 +305,6 @@ impl Policy for WakeOne {
         request
     }
 
-    fn turn(&mut self, interest: &Interest) {
-        self.listen(interest);
-        self.failed = false;
-        self.woken_now = std::mem::take(&mut self.woken);
-    }
-
-    fn on_wake(
-        &mut self,
-        _t: Target<'_>,
-        _pin: &OwnerPin,
-        _lease: Lease,
-        _payload: Option<String>,
-        _sent_at: Instant,
-    ) -> Wake {
-        self.woken = true;
-        Wake::Attempt
-    }
-
-    fn on_error(&mut self, _e: &Error) {
-        self.failed = true;
-    }
-
     /// A listed client also looks again on its own, the client's wake
     /// patience per place from the front of the line (see
     /// `ClientBuilder::wake_patience`): an unlock wakes one client, which
@@ -302,22 +316,21 @@ impl Policy for WakeOne {
         }
     }
 
-    /// A first attempt made while listening was refused with the client
-    /// put in the waiters list: the unlock wakes it.
-    async fn first_answer_stands(&self, _t: Target<'_>, listened_early: bool) -> Result<bool> {
-        Ok(listened_early)
+    fn on_wake(&mut self, _message: Message<'_>) -> Wake {
+        self.woken = true;
+        Wake::Attempt
     }
 
-    fn on_grant(&mut self, _t: Target<'_>, _grant: &Grant) {
-        self.pass_on.disarm();
-    }
-
-    /// Nothing owed when the wait gives up right after an answered
-    /// attempt, which used any wake-up it had (refused, it put its client
-    /// back in the list); after a failed one the drop passes it on.
-    fn give_up(&mut self) -> impl Future<Output = ()> + Send {
-        if !self.failed {
-            self.pass_on.disarm();
+    /// Granted, nothing is owed. Nothing either when the wait gives up
+    /// right after an answered attempt, which used any wake-up it had
+    /// (refused, it put its client back in the list); after a failed one
+    /// the drop passes it on.
+    fn on_outcome(&mut self, _t: Target<'_>, outcome: Outcome<'_>) -> impl Future<Output = ()> + Send {
+        match outcome {
+            Outcome::Granted(_) => self.pass_on.disarm(),
+            Outcome::Failed(_) => self.failed = true,
+            Outcome::GaveUp if !self.failed => self.pass_on.disarm(),
+            Outcome::GaveUp | Outcome::Split => {}
         }
         async {}
     }
@@ -349,9 +362,15 @@ impl Policy for Shared {
         self.inner.request()
     }
 
-    fn turn(&mut self, interest: &Interest) {
-        self.inner.turn(interest);
+    fn turn(
+        &mut self,
+        t: Target<'_>,
+        interest: &Interest,
+        first: Option<bool>,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let stands = self.inner.turn(t, interest, first);
         interest.wake_every_wait();
+        stands
     }
 }
 
@@ -370,8 +389,8 @@ pub(crate) async fn wait<P: Policy>(
 ) -> Result<Option<LockGuard>> {
     // A waiter whose channel is still subscribed keeps it from before its
     // first attempt: any grant after that attempt then reaches it.
-    let early = policy.early_interest(t);
-    let listened_early = early.is_some();
+    let channel = policy.channel(t);
+    let listened_early = matches!(channel, Channel::Open(_));
     // First attempt without subscribing: the uncontended path is a single
     // script call.
     let first_sent = Instant::now();
@@ -382,19 +401,22 @@ pub(crate) async fn wait<P: Policy>(
         Err(e) => {
             // Nothing is known of the lock: the loop's first turn makes a
             // full attempt after the pause.
-            policy.on_error(&e);
+            policy.on_outcome(t, Outcome::Failed(&e)).await;
             tokio::time::sleep(retries.after(e)?).await;
             (Refusal::default(), false)
         }
     };
     if deadline.is_some_and(|d| Instant::now() >= d) {
-        policy.give_up().await;
+        policy.on_outcome(t, Outcome::GaveUp).await;
         return retries.at_deadline();
     }
     // Named only now: the uncontended path never needs the channel.
-    let interest = early.unwrap_or_else(|| t.core.pubsub.interest(&policy.channel(t)));
+    let interest = match channel {
+        Channel::Open(interest) => interest,
+        Channel::Named(name) => t.core.pubsub.interest(&name),
+    };
     if !subscribe(&interest, &mut retries, deadline).await? {
-        policy.give_up().await;
+        policy.on_outcome(t, Outcome::GaveUp).await;
         return retries.at_deadline();
     }
     let mut split_backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
@@ -407,12 +429,7 @@ pub(crate) async fn wait<P: Policy>(
         let notified = interest.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        policy.turn(&interest);
-        let unchanged = if first {
-            policy.first_answer_stands(t, listened_early).await
-        } else {
-            Ok(false)
-        };
+        let unchanged = policy.turn(t, &interest, first.then_some(listened_early)).await;
         first = false;
         let outcome = match unchanged {
             Ok(true) => Ok(Err(first_refusal)),
@@ -432,12 +449,12 @@ pub(crate) async fn wait<P: Policy>(
                 (refusal, None)
             }
             Err(e) => {
-                policy.on_error(&e);
+                policy.on_outcome(t, Outcome::Failed(&e)).await;
                 (Refusal::default(), Some(retries.after(e)?))
             }
         };
-        let Some(turn) = plan(&mut policy, &refusal, failed, &mut split_backoff, deadline).await else {
-            policy.give_up().await;
+        let Some(turn) = plan(t, &mut policy, &refusal, failed, &mut split_backoff, deadline).await else {
+            policy.on_outcome(t, Outcome::GaveUp).await;
             return retries.at_deadline();
         };
         if turn.deaf {
@@ -498,6 +515,7 @@ struct Turn {
 /// The sleep after `refusal` (or, with `failed`, after a retryable failure
 /// and its pause); `None` when the deadline has passed.
 async fn plan<P: Policy>(
+    t: Target<'_>,
     policy: &mut P,
     refusal: &Refusal,
     failed: Option<Duration>,
@@ -513,7 +531,7 @@ async fn plan<P: Policy>(
         // Masters granted to different contenders and each gave its part
         // back: retry after a random pause so they do not collide again
         // (and again).
-        policy.on_split().await;
+        policy.on_outcome(t, Outcome::Split).await;
         turn.sleep = split_backoff.next_jittered();
     } else {
         split_backoff.reset();
@@ -560,7 +578,13 @@ impl<'b> Woke<'_, 'b> {
             tokio::select! {
                 _ = notified.as_mut() => {
                     crate::observe::wakeup(t.labels(), "pubsub");
-                    match policy.on_wake(t, self.pin, self.lease, self.interest.take_payload(), self.sent_at) {
+                    let message = Message {
+                        pin: self.pin,
+                        lease: self.lease,
+                        payload: self.interest.take_payload(),
+                        sent_at: self.sent_at,
+                    };
+                    match policy.on_wake(message) {
                         Wake::Granted(guard) => {
                             tracing::trace!("granted the lock by an unlock");
                             return Some(guard);
@@ -627,7 +651,7 @@ async fn attempt<P: Policy>(
     };
     Ok(match reply? {
         Attempt::Granted(grant) => {
-            policy.on_grant(t, &grant);
+            policy.on_outcome(t, Outcome::Granted(&grant)).await;
             Ok(LockGuard::new(
                 t.core.clone(),
                 t.keys.clone(),
