@@ -68,7 +68,7 @@ pub(crate) async fn open(
         .zip(clients.iter().zip(&subscribers))
         .flat_map(|(config, (client, sub))| crate::sentinel::watch(config, client, sub, runtime))
         .collect();
-    let members = members(clients, options, settings, spawner);
+    let members = members(clients, &shown, options, settings, spawner);
     check(&members, options, quorum).await?;
     // Loading is an optimisation (a call falls back to EVAL on
     // NOSCRIPT): masters slow to answer finish it in the background.
@@ -130,6 +130,7 @@ fn named(url: &str, failure: Option<Error>, connect_timeout: Duration) -> Error 
 /// One [`Member`] per master's client, with the settings of its node.
 fn members(
     clients: Vec<fred::clients::Client>,
+    shown: &[String],
     options: &Options,
     settings: &Settings,
     spawner: &Spawner,
@@ -149,6 +150,7 @@ fn members(
                     aof: options.min_aof,
                 },
                 batch: Default::default(),
+                server: shown[i].as_str().into(),
             };
             Arc::new(Member::new(node, i, options.rejoin_delay, quorum, spawner.clone()))
         })
@@ -279,6 +281,7 @@ async fn bring_up(
         Ok(r) => r,
         Err(_) => Err(Error::Timeout {
             op: "connect",
+            server: String::new(),
             timeout: connect_timeout,
         }),
     }

@@ -84,10 +84,17 @@ pub enum Error {
     /// A Redis command did not answer within the command timeout. The command
     /// may still have run; lockwarden undoes or bounds its effect (see the
     /// operation's documentation).
-    #[error("redis did not answer {op} within {timeout:?}: the server is down, unreachable or overloaded (retry, or raise the timeout)")]
+    #[error(
+        "redis{} did not answer {op} within {timeout:?}: the server is down, unreachable or overloaded (retry, or \
+         raise the timeout)",
+        at(server)
+    )]
     Timeout {
         /// The operation that timed out.
         op: &'static str,
+        /// The server that did not answer, as its URL without credentials
+        /// (empty when the operation had no one server).
+        server: String,
         /// The timeout that elapsed.
         timeout: Duration,
     },
@@ -311,7 +318,13 @@ impl Error {
                     message: readable_io(&details),
                 }
             }
-            K::Timeout => return Error::Timeout { op, timeout },
+            K::Timeout => {
+                return Error::Timeout {
+                    op,
+                    server: String::new(),
+                    timeout,
+                }
+            }
             K::Config | K::Url => return Error::Config(details),
             K::Auth => RedisErrorKind::Auth,
             K::Cluster => RedisErrorKind::Cluster,
@@ -323,6 +336,15 @@ impl Error {
             format!("{details} (key {key:?})")
         };
         Error::Redis { op, kind, message }
+    }
+}
+
+/// " at <server>", or nothing for no server.
+fn at(server: &str) -> String {
+    if server.is_empty() {
+        String::new()
+    } else {
+        format!(" at {server}")
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Node {
     pub(crate) confirm: Confirm,
     /// Calls waiting to go out together (shared by the node's clones).
     pub(crate) batch: Arc<Batch>,
+    /// The deployment's URL without credentials, for messages.
+    pub(crate) server: Arc<str>,
 }
 
 /// The most calls one [`BATCH`] call carries.
@@ -112,6 +114,23 @@ pub(crate) struct Confirm {
 pub(crate) use crate::settings::AofConfirm;
 
 impl Node {
+    /// A broken connection's or a timeout's error, with the server it was
+    /// to.
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::Connection { op, message } if !self.server.is_empty() => Error::Connection {
+                op,
+                message: format!("{}: {message}", self.server),
+            },
+            Error::Timeout { op, server, timeout } if server.is_empty() => Error::Timeout {
+                op,
+                server: self.server.to_string(),
+                timeout,
+            },
+            e => e,
+        }
+    }
+
     /// `WAIT n timeout` after a write on `key`: the replicas that have
     /// every write this client sent to the key's node before it.
     async fn acknowledged(&self, key: &str, n: u32, timeout: Duration) -> Result<u32> {
@@ -388,11 +407,15 @@ impl Node {
                 .map(|c| {
                     Err(Error::Timeout {
                         op: c.script.op,
+                        server: self.server.to_string(),
                         timeout,
                     })
                 })
                 .collect(),
-            Err(Failed::Redis(e)) => calls.iter().map(|c| Err(c.error(e.clone(), timeout))).collect(),
+            Err(Failed::Redis(e)) => calls
+                .iter()
+                .map(|c| Err(self.named(c.error(e.clone(), timeout))))
+                .collect(),
         };
         for (c, reply) in calls.into_iter().zip(replies) {
             let _ = c.reply.send(reply);
@@ -447,8 +470,12 @@ impl Node {
             Ok((value, resent)) => R::from_value(value)
                 .map(|r| (r, resent))
                 .map_err(|e| Error::from_script(script.op, keys, timeout, e)),
-            Err(Failed::Timeout) => Err(Error::Timeout { op: script.op, timeout }),
-            Err(Failed::Redis(e)) => Err(Error::from_script(script.op, keys, timeout, e)),
+            Err(Failed::Timeout) => Err(Error::Timeout {
+                op: script.op,
+                server: self.server.to_string(),
+                timeout,
+            }),
+            Err(Failed::Redis(e)) => Err(self.named(Error::from_script(script.op, keys, timeout, e))),
         }
     }
 

@@ -241,6 +241,7 @@ impl PubSub {
         tokio::time::timeout(self.timeout, confirm)
             .await
             .map_err(|_| Error::Timeout {
+                server: String::new(),
                 op: "subscribe",
                 timeout: self.timeout,
             })?

@@ -523,6 +523,22 @@ async fn errors_name_what_failed_and_the_fix() {
         let e = g.unlock().await.unwrap_err().to_string();
         readable(&e);
         assert!(e.contains("\"gone\"") && e.contains("take it again"), "{e}");
+
+        // A server that stops answering a lock call: named too.
+        let slow = Client::builder(&server.url())
+            .command_timeout(Duration::from_millis(300))
+            .retry_transient_for(Duration::ZERO)
+            .build()
+            .await
+            .unwrap();
+        server.pause();
+        let e = slow.lock("stopped").unwrap().try_lock(Duration::ZERO, LONG).await;
+        server.resume();
+        let e = e.unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+        let e = e.to_string();
+        readable(&e);
+        assert!(e.contains(&format!("127.0.0.1:{}", server.port)), "{e}");
     })
     .await
 }
