@@ -13,14 +13,16 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::keys::Str;
 use crate::pubsub::Interest;
-use crate::wait::{LeaveOnExit, Outcome, Policy, Reentrant, Refusal, Request, Target};
+use crate::wait::{LeaveOnExit, Outcome, Policy, Refusal, Request, Shared, Target};
 
-/// The write side's policy: the reentrant lock's, a pause short enough
+/// The write side's policy: the readers' (`wait::Shared`), a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
 /// mark taken back when the wait ends without the lock (given up, failed or
 /// dropped: in the background then).
 pub(crate) struct WriteWait {
-    inner: Reentrant,
+    /// The readers' policy: the writer shares their channel, and every
+    /// wait of the client is woken by a message.
+    inner: Shared,
     refresh: Duration,
     /// Armed while an attempt may have left the mark and nothing took it
     /// back yet.
@@ -30,7 +32,7 @@ pub(crate) struct WriteWait {
 impl WriteWait {
     pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
         WriteWait {
-            inner: Reentrant::default(),
+            inner: Shared::default(),
             refresh: t.core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
         }
@@ -38,8 +40,7 @@ impl WriteWait {
 }
 
 impl Policy for WriteWait {
-    /// This turn's attempt waits, so a refusal leaves the mark. The writer
-    /// shares the channel with readers (`wait::Shared`).
+    /// This turn's attempt waits, so a refusal leaves the mark.
     fn turn(
         &mut self,
         t: Target<'_>,
@@ -47,7 +48,6 @@ impl Policy for WriteWait {
         first: Option<bool>,
     ) -> impl Future<Output = Result<bool>> + Send {
         let stands = self.inner.turn(t, interest, first);
-        interest.wake_every_wait();
         self.mark.arm();
         stands
     }
