@@ -295,8 +295,7 @@ impl ClientBuilder {
             settings,
             spawner,
             sentinel_watchers: opened.sentinel_watchers,
-            wake_ids: Default::default(),
-            extensions: Default::default(),
+            grants: Default::default(),
         }
         .start();
         tracing::debug!(client = %inner.uuid, "lockwarden client connected");

@@ -29,11 +29,9 @@ pub(crate) struct Core {
     pub(crate) spawner: Spawner,
     /// Connections to the sentinels of masters reached through Sentinel.
     pub(crate) sentinel_watchers: Vec<fred::clients::SubscriberClient>,
-    /// Free wake ids of grant-asking fair waiters (see `crate::fair`), and
-    /// the next never used.
-    pub(crate) wake_ids: parking_lot::Mutex<(std::collections::BTreeSet<u64>, u64)>,
-    /// Lease extensions of directly granted fair holds (see [`crate::extend`]).
-    pub(crate) extensions: Arc<crate::extend::Extensions>,
+    /// Direct grants: the wake numbers of grant-asking waiters and the
+    /// lease extensions of directly granted holds (see [`crate::extend`]).
+    pub(crate) grants: crate::extend::DirectGrants,
 }
 
 impl Core {
@@ -67,7 +65,7 @@ impl Core {
         runtime.spawn(crate::watchdog::run(Arc::downgrade(&core), period, Core::renewing));
         runtime.spawn(crate::extend::run(
             Arc::downgrade(&core),
-            core.extensions.clone(),
+            core.grants.extensions.clone(),
             Core::renewing,
             core.spawner.clone(),
         ));

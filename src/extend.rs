@@ -14,7 +14,7 @@
 //! per [`SLACK`] however many grants come in.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,39 @@ const SLACK: Duration = Duration::from_millis(20);
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// The pending extensions of one client.
+/// A client's direct grants: the numbers of the wake channels its
+/// grant-asking waiters listen on, and the lease extensions of the holds
+/// granted to them.
+#[derive(Default)]
+pub(crate) struct DirectGrants {
+    pub(crate) wake_numbers: Mutex<WakeNumbers>,
+    pub(crate) extensions: Arc<Extensions>,
+}
+
+/// Each grant-asking waiter holds the lowest free number while it waits,
+/// so no two waiters of a client share a wake channel, and a client that
+/// waits again and again listens on the same one.
+#[derive(Default)]
+pub(crate) struct WakeNumbers {
+    /// Numbers given back.
+    free: BTreeSet<u64>,
+    /// The lowest number never taken.
+    next: u64,
+}
+
+impl WakeNumbers {
+    pub(crate) fn take(&mut self) -> u64 {
+        self.free.pop_first().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    pub(crate) fn give_back(&mut self, n: u64) {
+        self.free.insert(n);
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Extensions {
     due: Mutex<BinaryHeap<Due>>,
@@ -184,5 +217,19 @@ async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
         Err(e) => {
             tracing::debug!(lock = %hold.lock_key, error = %e, "setting a granted hold's lease failed; its validity ends with the grant's")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WakeNumbers;
+
+    #[test]
+    fn a_waiter_takes_the_lowest_free_wake_number() {
+        let mut n = WakeNumbers::default();
+        assert_eq!([n.take(), n.take(), n.take()], [0, 1, 2]);
+        n.give_back(1);
+        n.give_back(0);
+        assert_eq!([n.take(), n.take(), n.take()], [0, 1, 3]);
     }
 }

@@ -37,16 +37,7 @@ struct WakeId<'a> {
 
 impl WakeId<'_> {
     fn take(core: &Core) -> WakeId<'_> {
-        let n = {
-            let mut ids = core.wake_ids.lock();
-            match ids.0.pop_first() {
-                Some(n) => n,
-                None => {
-                    ids.1 += 1;
-                    ids.1 - 1
-                }
-            }
-        };
+        let n = core.grants.wake_numbers.lock().take();
         WakeId {
             core,
             n,
@@ -57,7 +48,7 @@ impl WakeId<'_> {
 
 impl Drop for WakeId<'_> {
     fn drop(&mut self) {
-        self.core.wake_ids.lock().0.insert(self.n);
+        self.core.grants.wake_numbers.lock().give_back(self.n);
     }
 }
 
@@ -156,7 +147,8 @@ impl<'a> FairWait<'a> {
             Lease::Fixed(d) if d > granted => Some(sent_at + d),
             _ => return Some(guard),
         };
-        core.extensions
+        core.grants
+            .extensions
             .schedule(guard.hold(), sent_at + granted / 3, end, granted);
         Some(guard)
     }
