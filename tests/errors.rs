@@ -19,15 +19,20 @@ fn kind_of(e: &Error) -> Option<RedisErrorKind> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn noperm_on_a_command_is_no_permission() {
-    let server = RedisServer::start();
+/// A client of an ACL user that may not run scripts (EVAL, EVALSHA).
+async fn client_without_scripts(server: &RedisServer) -> Client {
     server.cmd(&[
         "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
     ]);
-    let c = Client::connect(&format!("redis://noeval:pw@127.0.0.1:{}", server.port))
+    Client::connect(&format!("redis://noeval:pw@127.0.0.1:{}", server.port))
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noperm_on_a_command_is_no_permission() {
+    let server = RedisServer::start();
+    let c = client_without_scripts(&server).await;
     let e = c
         .lock("p")
         .unwrap()
@@ -475,12 +480,7 @@ async fn errors_name_what_failed_and_the_fix() {
         );
 
         let server = RedisServer::start();
-        server.cmd(&[
-            "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
-        ]);
-        let c = Client::connect(&format!("redis://noeval:pw@127.0.0.1:{}", server.port))
-            .await
-            .unwrap();
+        let c = client_without_scripts(&server).await;
         let e = c
             .lock("perm")
             .unwrap()
