@@ -9,10 +9,12 @@ Fails (exit 1, one line per finding) when:
   (a module may use those in its own row and the rows above);
 - a module of src/ is missing from that table;
 - a function of the library (src/, not the command) is over 100 lines;
-- with --kinds: a module below the kinds floor names a kind (`Kind::`);
-  the kind's own protocol file (src/protocol/<kind>.rs) may.
+- a module below the kinds floor (the row of `fair`) names a kind
+  (`Kind::`): below it a kind is a `protocol::Kind`, passed on and asked
+  through its methods; the kind's own protocol file
+  (src/protocol/<kind>.rs) may.
 
-Run from the repository root: python3 scripts/structure.py [--kinds]
+Run from the repository root: python3 scripts/structure.py
 """
 
 import os
@@ -139,7 +141,7 @@ def main():
         for d in sorted(used):
             if mod in rows and d in rows and rows[d] > rows[mod]:
                 problems.append(f"{mod} imports {d}, which ARCHITECTURE.md puts below it")
-    floor = rows.get("fair") if "--kinds" in sys.argv else None
+    floor = rows.get("fair")
     for path in library_files():
         mod = module_of(path)
         own_protocol = mod == "protocol" and not path.endswith("mod.rs")

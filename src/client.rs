@@ -8,8 +8,8 @@ use fred::prelude::Config;
 use crate::connect::{parse_url, redact_url};
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
-use crate::lock::Lock;
+use crate::keys::Names;
+use crate::lock::{Kind, Lock};
 use crate::owner::{Owner, Owners};
 use crate::pubsub::PubSub;
 use crate::settings::Options;
@@ -411,8 +411,8 @@ impl Client {
     /// with the prefix, one with control characters, or braces that do not
     /// form one non-empty `{hash tag}`.
     pub fn lock(&self, name: &str) -> Result<Lock> {
-        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
-        Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(Lock::new(self.inner.clone(), names, Kind::Reentrant))
     }
 
     /// A handle on the fair lock `name`: waiters get it in the order they
@@ -424,9 +424,8 @@ impl Client {
     ///
     /// As [`Client::lock`].
     pub fn fair_lock(&self, name: &str) -> Result<Lock> {
-        let mut keys = LockKeys::new(&self.inner.settings.prefix, name)?;
-        keys.kind = crate::keys::Kind::Fair;
-        Ok(Lock::new(self.inner.clone(), Arc::new(keys)))
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(Lock::new(self.inner.clone(), names, Kind::Fair))
     }
 
     /// A handle on the read-write lock `name`: many readers or one writer
@@ -440,8 +439,8 @@ impl Client {
     ///
     /// As [`Client::lock`].
     pub fn rw_lock(&self, name: &str) -> Result<crate::rw_lock::RwLock> {
-        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
-        Ok(crate::rw_lock::RwLock::new(self.inner.clone(), keys))
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(crate::rw_lock::RwLock::new(self.inner.clone(), names))
     }
 
     /// A handle on the locks `names` taken together, all of them or none
@@ -488,7 +487,7 @@ impl Client {
                  (a majority does not bound a count); use one server, Sentinel or Cluster"
             )));
         }
-        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        let keys = Names::new(&self.inner.settings.prefix, name)?;
         Ok(crate::semaphore::Semaphore::new(self.inner.clone(), keys, permits))
     }
 

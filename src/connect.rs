@@ -9,7 +9,7 @@ use fred::clients::SubscriberClient;
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
 
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::Names;
 use crate::member::Member;
 use crate::node::Node;
 use crate::runtime::Spawner;
@@ -336,7 +336,7 @@ async fn check_masters(members: &[Arc<Member>]) -> Result<()> {
 /// holder's whole lease. One PUBLISH per master on a channel of the
 /// namespace that no lock uses; masters that do not answer are not judged.
 async fn check_channel_rights(members: &[Arc<Member>], prefix: &str) -> Result<()> {
-    let probe = LockKeys::new(prefix, "lockwarden-connect-check")?.channel;
+    let probe = Names::new(prefix, "lockwarden-connect-check")?.channel;
     let answers = ask_masters(members, |m| {
         let probe = probe.clone();
         async move { m.node.may_publish(&probe).await }

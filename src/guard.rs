@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
 use crate::owner::{Owner, OwnerPin};
+use crate::protocol::LockKeys;
 use crate::quorum::{Grant, Released};
 use crate::settings::Lease;
 use crate::watchdog::{Hold, LossReason};
@@ -281,7 +281,11 @@ impl LockGuard {
     /// Local bookkeeping of a release: stops renewal of the last level.
     fn begin_release(&mut self) -> Release {
         crate::observe::released(
-            crate::observe::Labels::of(&self.keys, self.inner.settings.metric_lock_names),
+            crate::observe::Labels::of(
+                self.keys.kind.label(),
+                &self.keys.name,
+                self.inner.settings.metric_lock_names,
+            ),
             self.acquired_at.elapsed(),
         );
         let pin = self.pin.take();

@@ -40,9 +40,10 @@ pub(crate) const RESERVED: &str = "lockwarden:";
 /// without a copy, where a `&str` argument is copied for every call.
 pub(crate) type Str = fred::bytes_utils::Str;
 
-/// Every Redis key and channel of one lock.
+/// Every Redis key and channel of one lock: the names alone (the kind
+/// whose calls use them comes with `protocol::LockKeys`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
+pub(crate) struct Names {
     /// The lock name as the user gave it (without prefix).
     pub name: String,
     /// The lock hash.
@@ -61,61 +62,13 @@ pub(crate) struct LockKeys {
     pub asks: Str,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: Str,
-    /// The lock kind whose protocol (scripts and arguments) this handle uses.
-    pub kind: Kind,
-}
-
-/// A lock kind: which raw protocol (`crate::protocol`) and which wait policy
-/// a handle uses. One kind per name: kinds share the lock hash and its
-/// counter, not their other keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// Any owner may take a free lock; waiters race.
-    Reentrant,
-    /// Waiters are served in the order they asked (a queue).
-    Fair,
-    /// The read side of a read-write lock: shared with other readers.
-    Read,
-    /// The write side of a read-write lock: exclusive.
-    Write,
-    /// A semaphore of `total` permits with expiring permits, taking `take`
-    /// of them; each acquisition's owner field is its own permit id.
-    Permits { total: u32, take: u32 },
-}
-
-impl Kind {
-    /// The kind's name in metrics and logs.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Kind::Reentrant => "reentrant",
-            Kind::Fair => "fair",
-            Kind::Read => "read",
-            Kind::Write => "write",
-            Kind::Permits { .. } => "semaphore",
-        }
-    }
-
-    /// The field `owner` (an owner field, `<client-uuid>:<owner-id>`, or a
-    /// reader's field) writes in a lock of this kind: a reader's is the
-    /// owner field followed by `:r`, so one owner's read and write holds of
-    /// one lock are two fields (and two holds).
-    pub(crate) fn field(self, owner: &str) -> std::borrow::Cow<'_, str> {
-        let base = owner.strip_suffix(READ_SUFFIX).unwrap_or(owner);
-        match self {
-            Kind::Read if base.len() == owner.len() => format!("{base}{READ_SUFFIX}").into(),
-            Kind::Write => base.into(),
-            // A reader's field already, or a kind whose fields are the
-            // owner's own (a permit id ends in `:r` too).
-            _ => owner.into(),
-        }
-    }
 }
 
 /// What a reader's field adds to its owner field.
 pub(crate) const READ_SUFFIX: &str = ":r";
 
-impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Result<LockKeys> {
+impl Names {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Names> {
         let invalid = |reason| Error::InvalidName {
             name: name.chars().take(64).collect(),
             reason,
@@ -144,7 +97,7 @@ impl LockKeys {
                 "braces must form one non-empty {hash tag}: the lock's companion keys could not share its cluster slot",
             )),
         };
-        Ok(LockKeys {
+        Ok(Names {
             name: name.to_string(),
             lock: full.into(),
             channel: format!("{base}:channel").into(),
@@ -155,7 +108,6 @@ impl LockKeys {
             timeouts: format!("{base}:timeouts").into(),
             asks: format!("{base}:asks").into(),
             wake_prefix: format!("{base}:wake:").into(),
-            kind: Kind::Reentrant,
         })
     }
 }
@@ -257,7 +209,7 @@ mod tests {
             ("", "{eu}x"),
             ("p{t}:", "n"),
         ] {
-            let k = LockKeys::new(prefix, name).unwrap();
+            let k = Names::new(prefix, name).unwrap();
             assert_eq!(slot(&k.lock), slot(&k.channel), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&k.token), "{k:?}");
             assert_eq!(slot(&k.lock), slot(&format!("{}abc", k.req_prefix)), "{k:?}");
@@ -270,17 +222,14 @@ mod tests {
 
     #[test]
     fn layout_is_documented_one() {
-        let k = LockKeys::new("", "orders").unwrap();
+        let k = Names::new("", "orders").unwrap();
         assert_eq!(k.lock, "orders");
         assert_eq!(k.channel, "lockwarden:{orders}:channel");
         assert_eq!(k.token, "lockwarden:{orders}:token");
-        let k = LockKeys::new("", "a{eu}").unwrap();
+        let k = Names::new("", "a{eu}").unwrap();
         assert_eq!(k.channel, "lockwarden:#a{eu}:channel");
         // Distinct names never share companions.
-        assert_ne!(
-            LockKeys::new("", "x").unwrap().token,
-            LockKeys::new("", "{x}").unwrap().token
-        );
+        assert_ne!(Names::new("", "x").unwrap().token, Names::new("", "{x}").unwrap().token);
         assert_eq!(lock_key_of_token("lockwarden:{x}:token").as_deref(), Some("x"));
         assert_eq!(lock_key_of_token("lockwarden:#{x}:token").as_deref(), Some("{x}"));
         assert_eq!(lock_key_of_token("lockwarden:#a{eu}:token").as_deref(), Some("a{eu}"));
@@ -308,15 +257,12 @@ mod tests {
     #[test]
     fn bad_names_are_rejected() {
         for bad in ["", "a{}b", "a}b", "a{b", "x\ny", "lockwarden:{x}:token", "lockwarden:x"] {
-            assert!(
-                matches!(LockKeys::new("", bad), Err(Error::InvalidName { .. })),
-                "{bad:?}"
-            );
+            assert!(matches!(Names::new("", bad), Err(Error::InvalidName { .. })), "{bad:?}");
         }
-        assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
-        assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
-        assert!(LockKeys::new("p:", &"x".repeat(MAX_NAME_LEN - 1)).is_err());
-        assert!(LockKeys::new("lockwarden", ":x").is_err(), "the prefix counts");
-        assert!(LockKeys::new("", "lockwardenx").is_ok());
+        assert!(Names::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(Names::new("", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(Names::new("p:", &"x".repeat(MAX_NAME_LEN - 1)).is_err());
+        assert!(Names::new("lockwarden", ":x").is_err(), "the prefix counts");
+        assert!(Names::new("", "lockwardenx").is_ok());
     }
 }

@@ -10,8 +10,9 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::fair::FairWait;
 use crate::guard::LockGuard;
-use crate::keys::{Kind, LockKeys, Str};
+use crate::keys::{Names, Str};
 use crate::owner::{Owner, OwnerPin, Owners};
+use crate::protocol::LockKeys;
 use crate::quorum::Released;
 use crate::rw::WriteWait;
 use crate::settings::{check_lease, check_wait, Lease};
@@ -28,7 +29,9 @@ use crate::wait::{Shared, Target, WakeOne};
 #[derive(Clone)]
 pub struct Lock {
     pub(crate) inner: Arc<Core>,
+    /// The lock's keys, and its kind's protocol (made from `kind`).
     pub(crate) keys: Arc<LockKeys>,
+    kind: Kind,
     owner: Option<Owner>,
     /// The reentrant lock's wake channel for this client, named on first use.
     wake_channel: std::sync::OnceLock<Str>,
@@ -43,11 +46,43 @@ impl std::fmt::Debug for Lock {
     }
 }
 
+/// A lock kind, as a handle chooses it: the protocol of its calls (what
+/// the floors below see, as a `protocol::Kind`) and the policy of its
+/// waits. One kind per name: kinds share the lock hash and its counter,
+/// not their other keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Any owner may take a free lock; waiters race.
+    Reentrant,
+    /// Waiters are served in the order they asked (a queue).
+    Fair,
+    /// The read side of a read-write lock: shared with other readers.
+    Read,
+    /// The write side of a read-write lock: exclusive.
+    Write,
+    /// A semaphore of `total` permits, taking `take` of them; each
+    /// acquisition's owner field is its own permit id.
+    Permits { total: u32, take: u32 },
+}
+
+impl Kind {
+    fn protocol(self) -> crate::protocol::Kind {
+        match self {
+            Kind::Reentrant => crate::protocol::reentrant(),
+            Kind::Fair => crate::protocol::fair(),
+            Kind::Read => crate::protocol::read(),
+            Kind::Write => crate::protocol::write(),
+            Kind::Permits { total, take } => crate::protocol::permits(total, take),
+        }
+    }
+}
+
 impl Lock {
-    pub(crate) fn new(inner: Arc<Core>, keys: Arc<LockKeys>) -> Lock {
+    pub(crate) fn new(inner: Arc<Core>, names: Names, kind: Kind) -> Lock {
         Lock {
             inner,
-            keys,
+            keys: Arc::new(LockKeys::new(names, kind.protocol())),
+            kind,
             owner: None,
             wake_channel: std::sync::OnceLock::new(),
         }
@@ -383,25 +418,30 @@ impl Lock {
             Some(owner) => Owners::pin_explicit(owner.clone()),
             None => self.inner.owners.pin_current(),
         };
-        if matches!(self.keys.kind, Kind::Read | Kind::Write) {
-            // (Only these kinds rewrite the field: no clone for the others.)
-            pin.owner = self.sided(pin.owner.clone());
+        if let Some(field) = self.keys.kind.field(&pin.owner.field) {
+            pin.owner.field = field.into();
         }
         pin
     }
 
     /// `owner` as this handle's kind writes it: a read-write lock's reader
-    /// has a field of its own (see `Kind::field`).
+    /// has a field of its own (see `Protocol::field`).
     fn sided(&self, owner: Owner) -> Owner {
-        let field: Str = match self.keys.kind.field(&owner.field) {
-            std::borrow::Cow::Borrowed(f) if f.len() == owner.field.len() => return owner,
-            f => f.into(),
-        };
-        Owner { id: owner.id, field }
+        match self.keys.kind.field(&owner.field) {
+            Some(field) => Owner {
+                id: owner.id,
+                field: field.into(),
+            },
+            None => owner,
+        }
     }
 
     pub(crate) fn labels(&self) -> crate::observe::Labels<'_> {
-        crate::observe::Labels::of(&self.keys, self.inner.settings.metric_lock_names)
+        crate::observe::Labels::of(
+            self.keys.kind.label(),
+            &self.keys.name,
+            self.inner.settings.metric_lock_names,
+        )
     }
 
     /// [`Lock::acquire_inner`] in a tracing span, with its outcome recorded.
@@ -460,7 +500,7 @@ impl Lock {
             core: &self.inner,
             keys: &self.keys,
         };
-        match self.keys.kind {
+        match self.kind {
             Kind::Reentrant => {
                 let channel = self
                     .wake_channel

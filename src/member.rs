@@ -11,36 +11,19 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::fanout::{majority, quorum_error};
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 use crate::node::{AcquireReply, Node, ReleaseReply};
-use crate::protocol::Waiting;
+use crate::protocol::{Acquire, LockKeys, Release};
 use crate::runtime::{Backoff, Spawner, RESEND};
 
 /// What the quorum needs of one master.
 pub(crate) trait NodeOps: Send + Sync + 'static {
-    /// `resent`: `request` was sent before, its outcome unknown.
-    #[allow(clippy::too_many_arguments)]
-    fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        lease: Duration,
-        request: &str,
-        waiting: Waiting,
-        grant: Option<&str>,
-        resent: bool,
-    ) -> impl Future<Output = Result<AcquireReply>> + Send;
+    /// One acquire attempt (`a.resent`: its request was sent before, its
+    /// outcome unknown).
+    fn acquire(&self, keys: &LockKeys, a: &Acquire<'_>) -> impl Future<Output = Result<AcquireReply>> + Send;
 
-    #[allow(clippy::too_many_arguments)]
-    fn release(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        token: Option<u64>,
-        relet: Duration,
-        request: &str,
-        resent: bool,
-    ) -> impl Future<Output = Result<ReleaseReply>> + Send;
+    /// One release (`r.resent` as for an acquire).
+    fn release(&self, keys: &LockKeys, r: &Release<'_>) -> impl Future<Output = Result<ReleaseReply>> + Send;
 
     /// Raises the lock's counter to `token` (the quorum's), and the hold
     /// of `owner` that got `held` there to it as well.
@@ -244,21 +227,8 @@ impl Member {
 }
 
 impl NodeOps for Member {
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        lease: Duration,
-        request: &str,
-        waiting: Waiting,
-        grant: Option<&str>,
-        resent: bool,
-    ) -> Result<AcquireReply> {
-        let r = self.note(
-            self.node
-                .acquire(keys, owner, lease, request, waiting, grant, resent)
-                .await,
-        );
+    async fn acquire(&self, keys: &LockKeys, a: &Acquire<'_>) -> Result<AcquireReply> {
+        let r = self.note(self.node.acquire(keys, a).await);
         if r.is_ok() && self.reconnected() {
             // It ran on a re-opened connection, maybe on a restarted master:
             // not counted (and undone, as a reply of unknown outcome).
@@ -270,16 +240,8 @@ impl NodeOps for Member {
         r
     }
 
-    async fn release(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        token: Option<u64>,
-        relet: Duration,
-        request: &str,
-        resent: bool,
-    ) -> Result<ReleaseReply> {
-        self.note(self.node.release(keys, owner, token, relet, request, resent).await)
+    async fn release(&self, keys: &LockKeys, r: &Release<'_>) -> Result<ReleaseReply> {
+        self.note(self.node.release(keys, r).await)
     }
 
     async fn raise_token(&self, keys: &LockKeys, owner: &Str, held: u64, token: u64) -> Result<u64> {

@@ -14,10 +14,10 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
 use crate::error::{Error, Result};
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 
 pub(crate) use crate::protocol::{ms, AcquireReply, ReleaseReply};
-use crate::protocol::{Call, Env, Script, Waiting, BATCH, FORCE_UNLOCK, RAISE_TOKEN, RENEW, STATUS, UNLOCK_MESSAGE};
+use crate::protocol::{Acquire, Call, Env, LockKeys, Release, Script, BATCH, RAISE_TOKEN, RENEW, STATUS};
 
 #[derive(Clone)]
 pub(crate) struct Node {
@@ -571,34 +571,12 @@ impl Node {
     }
 
     /// One acquire attempt in the protocol of the lock's kind (see
-    /// [`crate::protocol::Acquire`]): a replay of `request` acquires
+    /// [`crate::protocol::Acquire`]): a replay of its request acquires
     /// nothing more. A level granted without the confirmations asked for
     /// is given back, and the attempt is an error.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        lease: Duration,
-        request: &str,
-        waiting: Waiting,
-        grant: Option<&str>,
-        resent: bool,
-    ) -> Result<AcquireReply> {
-        let rec = crate::protocol::record(keys, request);
-        let call = crate::protocol::of(keys.kind).acquire(
-            keys,
-            &rec,
-            &crate::protocol::Acquire {
-                owner,
-                lease,
-                request,
-                waiting,
-                grant,
-                resent,
-            },
-            &self.env(),
-        );
+    pub(crate) async fn acquire(&self, keys: &LockKeys, a: &Acquire<'_>) -> Result<AcquireReply> {
+        let rec = crate::protocol::record(keys, a.request);
+        let call = keys.kind.acquire(keys, &rec, a, &self.env());
         let reply: Vec<i64> = self.call(call, self.command_timeout).await?;
         let reply = crate::protocol::acquire_reply(&reply)?;
         if let AcquireReply::Acquired { token, .. } = reply {
@@ -609,10 +587,14 @@ impl Node {
                 // is known (not replayed and undone a second time).
                 if matches!(e, Error::Redis { .. }) {
                     let undo = crate::keys::fresh_request_id();
-                    if let Err(u) = self
-                        .release(keys, owner, Some(token), Duration::ZERO, &undo, false)
-                        .await
-                    {
+                    let give_back = Release {
+                        owner: a.owner,
+                        token: Some(token),
+                        relet: Duration::ZERO,
+                        request: &undo,
+                        resent: false,
+                    };
+                    if let Err(u) = self.release(keys, &give_back).await {
                         tracing::warn!(lock = %keys.name, error = %u, "giving back an unreplicated level failed; its lease bounds it");
                     }
                 }
@@ -627,40 +609,21 @@ impl Node {
     /// it never learned of is given back.
     pub(crate) async fn leave(&self, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
         let rec = request.map(|r| crate::protocol::record(keys, r));
-        let Some(call) = crate::protocol::of(keys.kind).leave(keys, owner, rec.as_ref(), &self.env()) else {
+        let Some(call) = keys.kind.leave(keys, owner, rec.as_ref(), &self.env()) else {
             return Ok(());
         };
         let _: i64 = self.call(call, self.command_timeout).await?;
         Ok(())
     }
 
-    /// Leaves one level of `owner`'s hold whose fencing token is `token`
-    /// (`None`: whichever hold the owner has). `relet` is re-applied as the
-    /// lease while levels remain (zero leaves the TTL alone). `resent` says
-    /// the request was sent before with its outcome unknown.
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        owner: &Str,
-        token: Option<u64>,
-        relet: Duration,
-        request: &str,
-        resent: bool,
-    ) -> Result<ReleaseReply> {
-        let rec = crate::protocol::record(keys, request);
-        let call = crate::protocol::of(keys.kind).release(
-            keys,
-            &rec,
-            &crate::protocol::Release {
-                owner,
-                token,
-                relet,
-                resent,
-            },
-            &self.env(),
-        );
+    /// Leaves one level of a hold (see [`crate::protocol::Release`]);
+    /// `r.resent` says the request was sent before with its outcome
+    /// unknown.
+    pub(crate) async fn release(&self, keys: &LockKeys, r: &Release<'_>) -> Result<ReleaseReply> {
+        let rec = crate::protocol::record(keys, r.request);
+        let call = keys.kind.release(keys, &rec, r, &self.env());
         let (reply, written_twice): (i64, bool) = self.call_counted(call, self.command_timeout).await?;
-        Ok(crate::protocol::release_reply(reply, resent || written_twice))
+        Ok(crate::protocol::release_reply(reply, r.resent || written_twice))
     }
 
     /// Extends the lease of each `(lock key, owner)` whose owner field still
@@ -704,7 +667,7 @@ impl Node {
 
     /// A semaphore's free permits out of `total` (holders whose lease
     /// passed count as gone).
-    pub(crate) async fn available_permits(&self, keys: &LockKeys, total: u32) -> Result<u64> {
+    pub(crate) async fn available_permits(&self, keys: &crate::keys::Names, total: u32) -> Result<u64> {
         let reply: i64 = self
             .run(
                 &crate::protocol::SEM_AVAILABLE,
@@ -761,21 +724,7 @@ impl Node {
 
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
         let reply: i64 = self
-            .run(
-                &FORCE_UNLOCK,
-                &[&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
-                vec![
-                    crate::protocol::lit(UNLOCK_MESSAGE),
-                    crate::protocol::name(&keys.wake_prefix),
-                    crate::protocol::lit(self.publish()),
-                    crate::protocol::lit(match keys.kind {
-                        crate::keys::Kind::Read => "read",
-                        crate::keys::Kind::Write => "write",
-                        _ => "",
-                    }),
-                ],
-                self.command_timeout,
-            )
+            .call(keys.kind.force_unlock(keys, &self.env()), self.command_timeout)
             .await?;
         Ok(reply == 1)
     }
@@ -878,26 +827,20 @@ impl Node {
             .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
         match kind.as_str() {
             "none" => Ok(false),
-            // A read-write lock's hash may be left with waiting writers'
-            // marks only: held means an owner field is there.
-            // A read-write lock's side is locked while that side holds it: a
-            // writer, or any reader (the writer's own reads too). Its hash
-            // may also hold waiting writers' marks only.
-            "hash" if matches!(keys.kind, crate::keys::Kind::Read | crate::keys::Kind::Write) => {
-                let fields: Vec<String> = self
-                    .client
-                    .hkeys(&keys.lock)
-                    .await
-                    .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
-                let owners = fields.iter().filter(|f| !f.starts_with(':'));
-                let writer = owners.clone().any(|f| !f.ends_with(crate::keys::READ_SUFFIX));
-                let readers = owners.clone().any(|f| f.ends_with(crate::keys::READ_SUFFIX));
-                Ok(match keys.kind {
-                    crate::keys::Kind::Write => writer,
-                    _ => readers,
-                })
-            }
-            "hash" => Ok(true),
+            // A kind whose owner fields say whether it is locked (a side of
+            // a read-write lock, whose hash may also hold waiting writers'
+            // marks only); for the others the hash's being there does.
+            "hash" => match keys.kind.locked_by() {
+                None => Ok(true),
+                Some(locked_by) => {
+                    let fields: Vec<String> = self
+                        .client
+                        .hkeys(&keys.lock)
+                        .await
+                        .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
+                    Ok(fields.iter().any(|f| !f.starts_with(':') && locked_by(f)))
+                }
+            },
             other => Err(Error::WrongType {
                 key: keys.lock.to_string(),
                 found: other.to_string(),

@@ -16,12 +16,13 @@ pub(crate) struct Labels<'a> {
 }
 
 impl<'a> Labels<'a> {
-    /// The labels of a lock: its kind, and its name when the client asks for it.
-    /// `with_name`: the client's `metric_lock_names` setting.
-    pub(crate) fn of(keys: &'a crate::keys::LockKeys, with_name: bool) -> Labels<'a> {
+    /// The labels of a lock of kind `kind` named `name`: its kind, and its
+    /// name when the client asks for it. `with_name`: the client's
+    /// `metric_lock_names` setting.
+    pub(crate) fn of(kind: &'static str, name: &'a str, with_name: bool) -> Labels<'a> {
         Labels {
-            kind: keys.kind.label(),
-            lock: with_name.then_some(keys.name.as_str()),
+            kind,
+            lock: with_name.then_some(name),
         }
     }
 }

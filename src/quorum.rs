@@ -15,10 +15,11 @@ use futures::stream::StreamExt;
 
 use crate::error::{Error, Result};
 use crate::fanout::{majority, quorum_error, Unordered};
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 use crate::member::NodeOps;
 use crate::node::{AcquireReply, ReleaseReply};
 use crate::protocol::Waiting;
+use crate::protocol::{Acquire, LockKeys, Release};
 use crate::runtime::{DropGuard, Undo, RESEND};
 
 /// The clock-drift allowance of a lease: 1 % of it plus 2 ms.
@@ -45,16 +46,32 @@ pub(crate) struct Grant {
 #[derive(Debug)]
 pub(crate) enum Attempt {
     Granted(Grant),
-    /// Not granted. `pttl` is the smallest remaining lease the holders
-    /// reported (-1: a key without TTL, -3: fair lock free but others
-    /// queued). `split`: some masters granted but not a majority (rolled back).
-    /// `place`: the waiter's client's place in line to be woken, where
-    /// the masters keep one (see `AcquireReply::Held`).
-    Denied {
-        pttl: i64,
-        split: bool,
-        place: Option<u64>,
-    },
+    Denied(Refusal),
+}
+
+/// An attempt that was not granted.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Refusal {
+    /// The holders' smallest remaining lease in ms (-1: a key without TTL,
+    /// -3: a fair lock free but others queued).
+    pub(crate) pttl: i64,
+    /// Some masters granted but not a majority, and each gave its part back.
+    pub(crate) split: bool,
+    /// The waiter's client's place in line to be woken by an unlock (0:
+    /// next), where the masters keep one (see `AcquireReply::Held`).
+    pub(crate) place: Option<u64>,
+}
+
+impl Refusal {
+    /// Masters split between contenders (or a grant that came too late):
+    /// every part given back.
+    fn split() -> Refusal {
+        Refusal {
+            pttl: 0,
+            split: true,
+            place: None,
+        }
+    }
 }
 
 /// The owned context of one acquire attempt, shared with background undo.
@@ -97,10 +114,15 @@ impl<M: NodeOps> Undo for Resend<M> {
             let give_up = Instant::now() + lease;
             let mut pause = RESEND;
             loop {
-                match member
-                    .acquire(&keys, &owner, lease, &request, Waiting::No, None, true)
-                    .await
-                {
+                let again = Acquire {
+                    owner: &owner,
+                    lease,
+                    request: &request,
+                    waiting: Waiting::No,
+                    grant: None,
+                    resent: true,
+                };
+                match member.acquire(&keys, &again).await {
                     Ok(AcquireReply::Acquired { token, .. }) => {
                         undo_one(&*member, &keys, &owner, Some(token)).await;
                         break;
@@ -118,10 +140,14 @@ impl<M: NodeOps> Undo for Resend<M> {
 /// Releases one level that nobody will own a guard for.
 async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: Option<u64>) {
     let request = crate::keys::fresh_request_id();
-    if let Err(e) = member
-        .release(keys, owner, token, Duration::ZERO, &request, false)
-        .await
-    {
+    let r = Release {
+        owner,
+        token,
+        relet: Duration::ZERO,
+        request: &request,
+        resent: false,
+    };
+    if let Err(e) = member.release(keys, &r).await {
         tracing::debug!(lock = %keys.name, error = %e, "undoing a level nobody received failed; its lease bounds it");
     }
 }
@@ -158,10 +184,14 @@ impl<M: NodeOps> Levels<M> {
                 .clone();
             let (keys, owner) = (&self.keys, &self.owner);
             async move {
-                let r = member
-                    .release(keys, owner, token, Duration::ZERO, &request, resent)
-                    .await;
-                (i, r)
+                let r = Release {
+                    owner,
+                    token,
+                    relet: Duration::ZERO,
+                    request: &request,
+                    resent,
+                };
+                (i, member.release(keys, &r).await)
             }
         });
         for (i, r) in futures::future::join_all(calls).await {
@@ -222,18 +252,15 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
             true,
         );
         async move {
-            let r = pending
-                .member
-                .acquire(
-                    ask.keys,
-                    ask.owner,
-                    ask.lease,
-                    ask.request,
-                    ask.waiting,
-                    ask.grant,
-                    false,
-                )
-                .await;
+            let a = Acquire {
+                owner: ask.owner,
+                lease: ask.lease,
+                request: ask.request,
+                waiting: ask.waiting,
+                grant: ask.grant,
+                resent: false,
+            };
+            let r = pending.member.acquire(ask.keys, &a).await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 pending.disarm();
             }
@@ -299,11 +326,7 @@ async fn granted<M: NodeOps>(
             None => {
                 partial.undo().await;
                 crate::observe::quorum_attempt("token_write_back_failed", None);
-                return Ok(Attempt::Denied {
-                    pttl: 0,
-                    split: true,
-                    place: None,
-                });
+                return Ok(Attempt::Denied(Refusal::split()));
             }
         },
     };
@@ -317,11 +340,7 @@ async fn granted<M: NodeOps>(
         );
         partial.undo().await;
         crate::observe::quorum_attempt("validity_expired", None);
-        return Ok(Attempt::Denied {
-            pttl: 0,
-            split: true,
-            place: None,
-        });
+        return Ok(Attempt::Denied(Refusal::split()));
     }
     partial.disarm();
     if n > 1 {
@@ -386,11 +405,11 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
     if n > 1 {
         crate::observe::quorum_attempt(if split { "split" } else { "held" }, None);
     }
-    Ok(Attempt::Denied {
+    Ok(Attempt::Denied(Refusal {
         pttl: combine_pttl(&pttls),
         split,
         place,
-    })
+    }))
 }
 
 /// The replies of one acquire attempt so far.
@@ -493,7 +512,14 @@ pub(crate) async fn release<M: NodeOps>(
         let (m, keys, owner, request) = (m.clone(), keys.clone(), owner.clone(), request.to_string());
         let token = tokens.get(i).copied().flatten();
         async move {
-            let r = m.release(&keys, &owner, token, relet, &request, false).await;
+            let first = Release {
+                owner: &owner,
+                token,
+                relet,
+                request: &request,
+                resent: false,
+            };
+            let r = m.release(&keys, &first).await;
             if matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 crate::observe::node_failure(i);
                 let give_up = Instant::now() + record_ttl / 2;
@@ -544,7 +570,14 @@ pub(crate) async fn resend_release<M: NodeOps>(
 ) {
     let mut pause = RESEND;
     loop {
-        match member.release(&keys, &owner, token, relet, &request, true).await {
+        let again = Release {
+            owner: &owner,
+            token,
+            relet,
+            request: &request,
+            resent: true,
+        };
+        match member.release(&keys, &again).await {
             Err(e) if e.is_outcome_unknown() && Instant::now() + pause.peek() < give_up => {
                 tokio::time::sleep(pause.next()).await;
             }
@@ -606,16 +639,8 @@ mod tests {
     }
 
     impl NodeOps for Fake {
-        async fn acquire(
-            &self,
-            _: &LockKeys,
-            owner: &Str,
-            _: Duration,
-            request: &str,
-            _: Waiting,
-            _: Option<&str>,
-            _: bool,
-        ) -> Result<AcquireReply> {
+        async fn acquire(&self, _: &LockKeys, a: &Acquire<'_>) -> Result<AcquireReply> {
+            let (owner, request) = (a.owner, a.request);
             if self.down {
                 return Err(unreachable());
             }
@@ -648,15 +673,8 @@ mod tests {
             Ok(AcquireReply::Acquired { token: *counter, count })
         }
 
-        async fn release(
-            &self,
-            _: &LockKeys,
-            owner: &Str,
-            token: Option<u64>,
-            _: Duration,
-            request: &str,
-            _: bool,
-        ) -> Result<ReleaseReply> {
+        async fn release(&self, _: &LockKeys, r: &Release<'_>) -> Result<ReleaseReply> {
+            let (owner, token, request) = (r.owner, r.token, r.request);
             self.release_calls.fetch_add(1, Ordering::SeqCst);
             if self.down {
                 return Err(unreachable());
@@ -708,7 +726,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn grant_iff_a_majority_is_free_and_partial_grants_are_rolled_back() {
-        let keys = Arc::new(LockKeys::new("", "fake").unwrap());
+        let keys = Arc::new(LockKeys::new(
+            crate::keys::Names::new("", "fake").unwrap(),
+            crate::protocol::reentrant(),
+        ));
         let me: Str = Str::from_static("me:1");
         let mut cases = 0;
         for n in 1..=7usize {
@@ -773,7 +794,7 @@ mod tests {
                     assert!(matches!(released, Ok(Released::Done)), "{label}");
                 } else {
                     match r {
-                        Ok(Attempt::Denied { .. }) => {
+                        Ok(Attempt::Denied(_)) => {
                             assert!(answering >= majority(n), "{label}: denied, not an error")
                         }
                         Err(Error::QuorumNotReached { reached, .. }) => {
@@ -823,7 +844,10 @@ mod tests {
     /// second time (the owner keeps the level it held before the attempt).
     #[tokio::test]
     async fn a_give_back_whose_reply_was_lost_is_not_applied_twice() {
-        let keys = Arc::new(LockKeys::new("", "fake").unwrap());
+        let keys = Arc::new(LockKeys::new(
+            crate::keys::Names::new("", "fake").unwrap(),
+            crate::protocol::reentrant(),
+        ));
         let master = Arc::new(Fake::default());
         *master.counter.lock() = 7;
         // Held twice: once before the attempt, once by the attempt itself.

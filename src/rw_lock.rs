@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use crate::core::Core;
-use crate::keys::{Kind, LockKeys};
+use crate::keys::Names;
+use crate::lock::Kind;
 use crate::lock::Lock;
 
 /// A read-write lock: many readers or one writer, each side a [`Lock`]
@@ -35,14 +36,10 @@ pub struct RwLock {
 }
 
 impl RwLock {
-    pub(crate) fn new(core: Arc<Core>, keys: LockKeys) -> RwLock {
-        let mut read = keys.clone();
-        read.kind = Kind::Read;
-        let mut write = keys;
-        write.kind = Kind::Write;
+    pub(crate) fn new(core: Arc<Core>, names: Names) -> RwLock {
         RwLock {
-            read: Lock::new(core.clone(), Arc::new(read)),
-            write: Lock::new(core, Arc::new(write)),
+            read: Lock::new(core.clone(), names.clone(), Kind::Read),
+            write: Lock::new(core, names, Kind::Write),
         }
     }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::{Kind, LockKeys};
+use crate::keys::Names;
+use crate::lock::Kind;
 use crate::lock::Lock;
 use crate::owner::Owner;
 use crate::settings::Lease;
@@ -38,7 +39,7 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone)]
 pub struct Semaphore {
     core: Arc<Core>,
-    keys: LockKeys,
+    keys: Names,
     permits: u32,
 }
 
@@ -52,7 +53,7 @@ impl std::fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
-    pub(crate) fn new(core: Arc<Core>, keys: LockKeys, permits: u32) -> Semaphore {
+    pub(crate) fn new(core: Arc<Core>, keys: Names, permits: u32) -> Semaphore {
         Semaphore { core, keys, permits }
     }
 
@@ -152,8 +153,7 @@ impl Semaphore {
                 self.keys.name, self.permits
             )));
         }
-        let mut keys = self.keys.clone();
-        keys.kind = Kind::Permits {
+        let kind = Kind::Permits {
             total: self.permits,
             take: n,
         };
@@ -164,7 +164,7 @@ impl Semaphore {
             id: 0,
             field: format!("{}:p{}{}", self.core.uuid, id, crate::keys::READ_SUFFIX).into(),
         };
-        let lock = Lock::new(self.core.clone(), Arc::new(keys)).with_owner(owner);
+        let lock = Lock::new(self.core.clone(), self.keys.clone(), kind).with_owner(owner);
         let guard = match wait {
             Some(w) => lock.try_lock(w, lease).await?,
             None => Some(lock.lock_with_lease(lease).await?),

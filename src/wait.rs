@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 use crate::owner::OwnerPin;
+use crate::protocol::LockKeys;
 use crate::protocol::Waiting;
 use crate::pubsub::Interest;
+pub(crate) use crate::quorum::Refusal;
 use crate::quorum::{Ask, Attempt, Grant};
 use crate::runtime::{Backoff, DropGuard, Undo};
 use crate::settings::Lease;
@@ -35,7 +37,11 @@ pub(crate) struct Target<'a> {
 
 impl<'a> Target<'a> {
     pub(crate) fn labels(&self) -> crate::observe::Labels<'a> {
-        crate::observe::Labels::of(self.keys, self.core.settings.metric_lock_names)
+        crate::observe::Labels::of(
+            self.keys.kind.label(),
+            &self.keys.name,
+            self.core.settings.metric_lock_names,
+        )
     }
 }
 
@@ -50,19 +56,6 @@ pub(crate) struct Request<'a> {
     /// The id whose wake channel the wait listens on, when an unlock
     /// wakes one client by it (the reentrant lock: the client's).
     pub(crate) wake: Option<&'a str>,
-}
-
-/// An attempt that was not granted, as the wait sees it (see
-/// `quorum::Attempt::Denied`).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Refusal {
-    /// The holders' smallest remaining lease in ms (-1: a key without TTL).
-    pub(crate) pttl: i64,
-    /// Masters split between contenders, and each gave its part back.
-    pub(crate) split: bool,
-    /// The client's place in line to be woken by an unlock (0: next), when
-    /// the lock keeps such a line.
-    pub(crate) place: Option<u64>,
 }
 
 /// What a wait does about a wake message ([`Policy::on_wake`]).
@@ -660,7 +653,7 @@ async fn attempt<P: Policy>(
                 lease,
             ))
         }
-        Attempt::Denied { pttl, split, place } => Err(Refusal { pttl, split, place }),
+        Attempt::Denied(refusal) => Err(refusal),
     })
 }
 

@@ -3,8 +3,9 @@
 
 use std::sync::LazyLock;
 
+use super::LockKeys;
 use super::{first_send_flag, lit, ms, name, token_arg, Acquire, Call, Env, Protocol, Release, Script};
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 
 static FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_acquire.lua", "fair_acquire.lua")));
@@ -15,6 +16,10 @@ static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", lua!
 pub(super) struct Fair;
 
 impl Protocol for Fair {
+    fn label(&self) -> &'static str {
+        "fair"
+    }
+
     /// Joins the queue when `waiting` ("wait"; "try" only looks); with
     /// `grant`, also leaves an ask so an unlock may hand the lock straight
     /// to this waiter (its request record then holds the grant).

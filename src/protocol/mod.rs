@@ -2,17 +2,22 @@
 //! of each call, and what the replies mean. Nothing here talks to a
 //! server: `node.rs` runs the calls (EVALSHA, replays, confirmations).
 //!
-//! A kind implements [`Protocol`] (`reentrant.rs`, `fair.rs`); the scripts
-//! every kind shares (renew, status, force-unlock, raising the token) are
-//! here. Each script's header in `lua/` is its contract.
+//! A kind implements [`Protocol`] (`reentrant.rs`, `fair.rs`, `rw.rs`,
+//! `semaphore.rs`): its calls and everything else in which kinds differ
+//! below the handles (its label, the field an owner writes, what makes it
+//! locked, how it is forced free). A handle picks its kind (a [`Kind`])
+//! and the lock's [`LockKeys`] carry it; nothing below the handles asks
+//! which kind it is. The scripts every kind shares (renew, status,
+//! force-unlock, raising the token) are here. Each script's header in
+//! `lua/` is its contract.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::{Kind, LockKeys, Str};
+use crate::keys::{Names, Str};
 
 /// A Lua script from `lua/` with its SHA1.
 pub(crate) struct Script {
@@ -30,6 +35,43 @@ impl Script {
             src,
             sha: Box::leak(fred::util::sha1_hash(src).into_boxed_str()),
         }
+    }
+}
+
+/// A lock kind as the floors below the handles see it: the protocol of its
+/// calls. Chosen by the handle that makes the lock (`lock.rs`), then only
+/// passed on: every way in which kinds differ there is a method of
+/// [`Protocol`].
+pub(crate) type Kind = Arc<dyn Protocol>;
+
+/// Every key and channel of one lock (its [`Names`], which it derefs to)
+/// and its kind.
+#[derive(Clone)]
+pub(crate) struct LockKeys {
+    names: Names,
+    pub(crate) kind: Kind,
+}
+
+impl LockKeys {
+    pub(crate) fn new(names: Names, kind: Kind) -> LockKeys {
+        LockKeys { names, kind }
+    }
+}
+
+impl std::ops::Deref for LockKeys {
+    type Target = Names;
+
+    fn deref(&self) -> &Names {
+        &self.names
+    }
+}
+
+impl std::fmt::Debug for LockKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockKeys")
+            .field("lock", &self.names.lock)
+            .field("kind", &self.kind.label())
+            .finish()
     }
 }
 
@@ -61,8 +103,39 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew"
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", lua!("status.lua")));
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new("raise_token", lua!("shared.lua", "raise_token.lua")));
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new("force_unlock", lua!("shared_wake.lua", "force_unlock.lua")));
+
+static REENTRANT: LazyLock<Kind> = LazyLock::new(|| Arc::new(reentrant::Reentrant));
+static FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(fair::Fair));
+static READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: true }));
+static WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: false }));
+
+/// The reentrant lock: any owner may take a free lock; waiters race.
+pub(crate) fn reentrant() -> Kind {
+    REENTRANT.clone()
+}
+
+/// The fair lock: waiters are served in the order they asked (a queue).
+pub(crate) fn fair() -> Kind {
+    FAIR.clone()
+}
+
+/// The read side of a read-write lock: shared with other readers.
+pub(crate) fn read() -> Kind {
+    READ.clone()
+}
+
+/// The write side of a read-write lock: exclusive.
+pub(crate) fn write() -> Kind {
+    WRITE.clone()
+}
+
+/// A semaphore of `total` permits, an acquisition taking `take` of them;
+/// each acquisition's owner field is its own permit id.
+pub(crate) fn permits(total: u32, take: u32) -> Kind {
+    Arc::new(semaphore::Semaphore { total, take })
+}
 
 /// The scripts whose calls a node may send together in one [`BATCH`]
 /// call, each by its place here: the reentrant lock's acquire and
@@ -217,17 +290,22 @@ pub(crate) struct Acquire<'a> {
 
 /// Leaving one level of `owner`'s hold whose fencing token is `token`
 /// (`None`: whichever hold the owner has); `relet` is re-applied as the
-/// lease while levels remain (zero leaves it alone).
+/// lease while levels remain (zero leaves it alone). `request` names the
+/// release (its replay record).
 pub(crate) struct Release<'a> {
     pub(crate) owner: &'a Str,
     pub(crate) token: Option<u64>,
     pub(crate) relet: Duration,
+    pub(crate) request: &'a str,
     /// As [`Acquire::resent`].
     pub(crate) resent: bool,
 }
 
-/// A lock kind's calls. `rec` is the request's replay record key.
-pub(crate) trait Protocol: Sync {
+/// A lock kind's calls, and every other way in which kinds differ below
+/// the handles. `rec` is the request's replay record key.
+pub(crate) trait Protocol: Send + Sync {
+    /// The kind's name in metrics and logs.
+    fn label(&self) -> &'static str;
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a>;
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a>;
     /// The kind's own scripts, loaded at start-up.
@@ -239,29 +317,49 @@ pub(crate) trait Protocol: Sync {
     fn leave<'a>(&self, _keys: &'a LockKeys, _owner: &Str, _rec: Option<&'a Str>, _env: &Env) -> Option<Call<'a>> {
         None
     }
+
+    /// The field `owner` (an owner field, `<client-uuid>:<owner-id>`, or a
+    /// reader's field) writes in a lock of this kind, when it is not the
+    /// owner field itself.
+    fn field(&self, _owner: &str) -> Option<String> {
+        None
+    }
+
+    /// Which owner fields of the lock's hash make this kind locked (a side
+    /// of a read-write lock is locked while that side holds it); `None`:
+    /// the hash existing does.
+    fn locked_by(&self) -> Option<fn(&str) -> bool> {
+        None
+    }
+
+    /// Frees the lock whoever holds it, and wakes its waiters
+    /// (`lua/force_unlock.lua`).
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+        force_unlock(keys, env, "")
+    }
 }
 
-/// The protocol of `kind`.
-pub(crate) fn of(kind: Kind) -> &'static dyn Protocol {
-    match kind {
-        Kind::Reentrant => &reentrant::Reentrant,
-        Kind::Fair => &fair::Fair,
-        Kind::Read => &rw::Side { read: true },
-        Kind::Write => &rw::Side { read: false },
-        Kind::Permits { .. } => &semaphore::Semaphore,
+/// The force-unlock call; `side`: "read" or "write" to free one side of a
+/// read-write lock only, "" the whole lock.
+fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'a> {
+    Call {
+        script: &FORCE_UNLOCK,
+        keys: vec![&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
+        args: vec![
+            lit(UNLOCK_MESSAGE),
+            name(&keys.wake_prefix),
+            lit(env.publish),
+            lit(side),
+        ],
+        first_send: None,
     }
 }
 
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN, &BATCH];
-    for kind in [
-        Kind::Reentrant,
-        Kind::Fair,
-        Kind::Write,
-        Kind::Permits { total: 1, take: 1 },
-    ] {
-        all.extend(of(kind).scripts());
+    for kind in [reentrant(), fair(), write(), permits(1, 1)] {
+        all.extend(kind.scripts());
     }
     all
 }

@@ -5,10 +5,11 @@ use std::sync::LazyLock;
 
 use fred::types::Value;
 
+use super::LockKeys;
 use super::{
     first_send_flag, lit, ms, name, token_arg, Acquire, Call, Env, Protocol, Release, Script, Waiting, UNLOCK_MESSAGE,
 };
-use crate::keys::{LockKeys, Str};
+use crate::keys::Str;
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -34,6 +35,10 @@ static WAKE_NEXT: LazyLock<Script> =
 pub(super) struct Reentrant;
 
 impl Protocol for Reentrant {
+    fn label(&self) -> &'static str {
+        "reentrant"
+    }
+
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         let mut call = Call {
             script: &ACQUIRE,

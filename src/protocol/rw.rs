@@ -3,11 +3,12 @@
 
 use std::sync::LazyLock;
 
+use super::LockKeys;
 use super::{
     channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, Protocol, Release, Script,
     CHANNEL_RELEASE_FIRST_SEND, UNLOCK_MESSAGE,
 };
-use crate::keys::{LockKeys, Str};
+use crate::keys::{Str, READ_SUFFIX};
 
 static RW_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "rw_acquire.lua")));
@@ -22,6 +23,14 @@ pub(super) struct Side {
 }
 
 impl Protocol for Side {
+    fn label(&self) -> &'static str {
+        if self.read {
+            "read"
+        } else {
+            "write"
+        }
+    }
+
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_ACQUIRE,
@@ -61,4 +70,29 @@ impl Protocol for Side {
             first_send: None,
         })
     }
+
+    /// A reader's field is its owner field followed by `:r`, so one owner's
+    /// read and write holds of one lock are two fields (and two holds).
+    fn field(&self, owner: &str) -> Option<String> {
+        let base = owner.strip_suffix(READ_SUFFIX);
+        match (self.read, base) {
+            (true, None) => Some(format!("{owner}{READ_SUFFIX}")),
+            (false, Some(base)) => Some(base.to_string()),
+            _ => None,
+        }
+    }
+
+    fn locked_by(&self) -> Option<fn(&str) -> bool> {
+        Some(if self.read { is_reader } else { |f| !is_reader(f) })
+    }
+
+    /// Frees the lock only while this side holds it (a read side forced
+    /// while a writer holds the lock leaves the writer alone).
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+        super::force_unlock(keys, env, if self.read { "read" } else { "write" })
+    }
+}
+
+fn is_reader(field: &str) -> bool {
+    field.ends_with(READ_SUFFIX)
 }
