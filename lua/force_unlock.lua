@@ -18,8 +18,11 @@
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash, "WRONGTYPE
---   foreign-hash 1" when it is a hash lockwarden did not write (no ':kind',
---   see wrong_kind in shared.lua); nothing is deleted
+--   <foreign(1)> 1" when it is a hash lockwarden did not write (no ':kind':
+--   a Redisson lock's, or another program's; see foreign in shared.lua);
+--   nothing is deleted
+--
+-- A read-write lock's 'mode' field is not an owner (see rw_acquire.lua).
 --
 -- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], one on the wake
 -- channel of the queue's head when there is one, and one to the first
@@ -38,13 +41,14 @@ if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
 end
 if not redis.call('HGET', KEYS[1], ':kind') then
-  -- A hash some other program wrote: not a lock, never deleted here.
-  return redis.error_reply('WRONGTYPE foreign-hash 1')
+  -- A hash some other program wrote (a Redisson lock's too): not a
+  -- lockwarden lock, never deleted here.
+  return redis.error_reply('WRONGTYPE ' .. foreign(1) .. ' 1')
 end
 if ARGV[4] == 'read' or ARGV[4] == 'write' then
   local writer, readers = false, false
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.sub(f, 1, 1) ~= ':' then
+    if string.sub(f, 1, 1) ~= ':' and f ~= 'mode' then
       if string.sub(f, -2) == ':r' then readers = true else writer = true end
     end
   end

@@ -41,6 +41,12 @@
 -- (or rw_leave.lua) removes it. Expired readers are pruned first. A refusal of a
 -- waiting caller sets ':wait'. Replays: every grant records its reply at
 -- KEYS[3], which a re-send returns.
+--
+-- Every grant also writes 'mode' = 'lockwarden', the only field without a
+-- ':' that is not an owner: Redisson's read-write lock takes a hash
+-- without 'mode' as free (and would write its own holder into it), and
+-- refuses one whose 'mode' is neither 'read' nor 'write', so a Redisson
+-- client never takes this lock's name while it is held.
 
 if ARGV[4] ~= '1' then
   local replayed = recorded(3)
@@ -98,7 +104,7 @@ if read then
   end
   local token = redis.pcall('GET', KEYS[2])
   if type(token) == 'table' then return refused(token, 2) end
-  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline, ':kind', 'rw')
+  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
   cover(s, lease)
   return grant(tonumber(token or '0'), 1)
 end
@@ -126,7 +132,7 @@ if writer or readers > 0 then
 end
 local token, refusal2 = next_token(2)
 if not token then return refusal2 end
-redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token), ':' .. me, deadline, ':kind', 'rw')
+redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token), ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
 redis.call('HDEL', KEYS[1], ':ww:' .. me)
 cover(s, lease)
 return grant(token, 1)

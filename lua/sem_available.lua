@@ -4,8 +4,9 @@
 -- ARGV[1]  the semaphore's number of permits
 --
 -- Returns ARGV[1] minus the permits of holders whose lease has not ended
--- (server time), at least 0; error "WRONGTYPE <type>" when KEYS[1] is not
--- a hash.
+-- (server time), at least 0; error "WRONGTYPE <type> 1" when KEYS[1] is not
+-- a hash, "WRONGTYPE <foreign(1)> 1" when it is a hash lockwarden did not
+-- write, "WRONGKIND <kind>" when another kind's (shared.lua).
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then return tonumber(ARGV[1]) end
@@ -15,9 +16,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])
 local f = {}
 for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-if #all > 0 and f[':kind'] ~= 'semaphore' then
-  if not f[':kind'] then return redis.error_reply('WRONGTYPE foreign-hash 1') end
-  return redis.error_reply('WRONGKIND ' .. f[':kind'])
+if #all > 0 then
+  local other = wrong_kind(f[':kind'] or false, 'semaphore')
+  if other then return other end
 end
 local used = 0
 for k, v in pairs(f) do

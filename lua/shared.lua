@@ -22,11 +22,19 @@
 --                nil when a lock hash's ':kind' field (`found`, false when
 --                absent) is `want`; else the refusal: "WRONGKIND <kind>"
 --                when the hash is another lockwarden kind's,
---                "WRONGTYPE foreign-hash 1" when it has no ':kind' (a hash
+--                "WRONGTYPE <foreign(1)> 1" when it has no ':kind' (a hash
 --                some other program wrote). Every lock hash carries its
 --                kind from its first write ('reentrant', 'fair', 'rw',
 --                'semaphore'), so one name is one kind while it is held, and
 --                no script writes into a hash it does not recognise.
+-- foreign(i)     what the hash at KEYS[i], which has no ':kind', is:
+--                'redisson-rwlock' when it has a 'mode' field (Redisson's
+--                read-write lock), 'redisson-lock' when one of its first
+--                fields is '<uuid>:<thread id>' (Redisson's lock, fenced
+--                lock or fair lock) or '<uuid>:<uuid>' (ports of Redisson
+--                such as node-redisson), else 'foreign-hash'. Reads at most a
+--                few fields (HSCAN): the hash may be a large one of
+--                another program.
 
 local function refused(e, i)
   local text = e.err or tostring(e)
@@ -56,10 +64,22 @@ local function next_token(i)
   return token
 end
 
+local function foreign(i)
+  if redis.call('HEXISTS', KEYS[i], 'mode') == 1 then return 'redisson-rwlock' end
+  local uuid = '%x+%-%x+%-%x+%-%x+%-%x+'
+  local first = redis.call('HSCAN', KEYS[i], '0', 'COUNT', '16')[2]
+  for j = 1, #first, 2 do
+    if string.match(first[j], '^' .. uuid .. ':%d+$') or string.match(first[j], '^' .. uuid .. ':' .. uuid .. '$') then
+      return 'redisson-lock'
+    end
+  end
+  return 'foreign-hash'
+end
+
 local function wrong_kind(found, want)
   if found == want then return nil end
   if not found then
-    return redis.error_reply('WRONGTYPE foreign-hash 1')
+    return redis.error_reply('WRONGTYPE ' .. foreign(1) .. ' 1')
   end
   return redis.error_reply('WRONGKIND ' .. found)
 end

@@ -22,6 +22,8 @@
 --                     (writer preference); it goes when the writer takes
 --                     the lock or gives up (rw_leave.lua)
 --   ':wait'           a listening waiter was refused: the unlock publishes
+-- and 'mode' = 'lockwarden' (the read-write lock's, not an owner: it
+-- keeps Redisson's read-write lock out, see rw_acquire.lua).
 -- The hash's own TTL is at least every live hold's lease (and every
 -- waiting writer's mark), so it vanishes once every holder died.
 --
@@ -77,7 +79,7 @@ local function snapshot(now, kind)
       elseif d > s.ww then
         s.ww = d
       end
-    elseif string.sub(k, 1, 1) ~= ':' then
+    elseif string.sub(k, 1, 1) ~= ':' and k ~= 'mode' then
       local d = tonumber(f[':' .. k] or '0')
       if d <= now then
         -- This hold's lease ended: it is gone, whoever still waits.
@@ -104,7 +106,7 @@ end
 local function keep_marks(s, now)
   for k, v in pairs(s.f) do
     if string.sub(k, 1, 4) == ':ww:' then
-      redis.call('HSET', KEYS[1], k, v, ':kind', 'rw')
+      redis.call('HSET', KEYS[1], k, v, ':kind', 'rw', 'mode', 'lockwarden')
     end
   end
   if s.ww > now then

@@ -49,6 +49,21 @@ pub enum Error {
         /// lock" or "semaphore".
         found: String,
     },
+    /// The name is held by a Redisson client (a Java service, or a port of
+    /// Redisson), in a layout lockwarden recognises: Redisson's lock, fenced
+    /// lock or fair lock (a hash with a `<uuid>:<thread id>` field), or its
+    /// read-write lock (a hash with a `mode` field). lockwarden never takes
+    /// a name a Redisson client holds and never writes into its keys:
+    /// nothing was changed in Redis. The README's "Beside Redisson" says
+    /// which combinations are safe.
+    #[error("lock {key:?} is held by a Redisson client ({found}) and was left untouched: try again once the Redisson holder has released it, or give the two services different names")]
+    HeldByRedisson {
+        /// The lock's key.
+        key: String,
+        /// The layout found: "a Redisson lock" or "a Redisson read-write
+        /// lock".
+        found: String,
+    },
     /// The lock name cannot be used.
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
@@ -261,6 +276,17 @@ impl Error {
             let mut words = rest.split_whitespace();
             if let (Some(found), Some(i), None) = (words.next(), words.next(), words.next()) {
                 if let Some(key) = i.parse::<usize>().ok().and_then(|i| keys.get(i.checked_sub(1)?)) {
+                    let redisson = match found {
+                        "redisson-lock" => Some("a Redisson lock"),
+                        "redisson-rwlock" => Some("a Redisson read-write lock"),
+                        _ => None,
+                    };
+                    if let Some(found) = redisson {
+                        return Error::HeldByRedisson {
+                            key: key.to_string(),
+                            found: found.to_string(),
+                        };
+                    }
                     let found = match found {
                         "foreign-hash" => "a hash lockwarden did not write",
                         other => other,

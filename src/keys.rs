@@ -64,6 +64,14 @@ pub(crate) struct Names {
     pub wake_prefix: Str,
 }
 
+/// Whether a field of a lock hash is an owner's (a hold's reentry count):
+/// every other field starts with `:`, but for the read-write lock's `mode`
+/// (which keeps Redisson's read-write lock out, see `lua/rw_acquire.lua`;
+/// Redisson's own hashes have one too).
+pub(crate) fn is_owner_field(field: &str) -> bool {
+    !field.starts_with(':') && field != "mode"
+}
+
 /// What a reader's field adds to its owner field.
 pub(crate) const READ_SUFFIX: &str = ":r";
 

@@ -76,7 +76,10 @@
 //!   default), never a hang.
 //! - One name is one kind while it is held: another kind's acquire is
 //!   [`Error::WrongKind`] and changes nothing; a hash lockwarden did not
-//!   write is never written ([`Error::WrongType`]).
+//!   write is never written ([`Error::WrongType`]); a name a Redisson
+//!   client holds is never taken nor written ([`Error::HeldByRedisson`];
+//!   the README's "Beside Redisson" says which pairs of kinds exclude each
+//!   other).
 //! - No message, log line or `Debug` output shows a password given in a
 //!   URL ([`redact_url`]).
 //! - Over a quorum of independent masters ([`Client::builder_for_masters`]),

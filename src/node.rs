@@ -838,7 +838,7 @@ impl Node {
                         .hkeys(&keys.lock)
                         .await
                         .map_err(|e| Error::from_redis("is_locked", &keys.lock, self.command_timeout, e))?;
-                    Ok(fields.iter().any(|f| !f.starts_with(':') && locked_by(f)))
+                    Ok(fields.iter().any(|f| crate::keys::is_owner_field(f) && locked_by(f)))
                 }
             },
             other => Err(Error::WrongType {

@@ -205,6 +205,7 @@ pub(crate) fn reason(e: &crate::error::Error) -> &'static str {
         E::Timeout { .. } => "redis_timeout",
         E::WrongType { .. } => "wrong_type",
         E::WrongKind { .. } => "wrong_kind",
+        E::HeldByRedisson { .. } => "redisson",
         E::InvalidName { .. } | E::InvalidDuration { .. } | E::Config(_) => "invalid_input",
         E::NotHeld { .. } => "not_held",
         E::QuorumNotReached { .. } => "quorum",

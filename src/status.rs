@@ -45,6 +45,14 @@ pub enum LockKind {
     ReadWrite,
     /// [`Client::semaphore`](crate::Client::semaphore).
     Semaphore,
+    /// A Redisson client's lock, fenced lock or fair lock (a hash without
+    /// lockwarden's `:kind` whose holders' fields are
+    /// `<uuid>:<thread id>`): lockwarden's acquires refuse it
+    /// ([`Error::HeldByRedisson`]).
+    Redisson,
+    /// A Redisson client's read-write lock (a hash with Redisson's `mode`
+    /// field and no `:kind`).
+    RedissonReadWrite,
 }
 
 impl LockKind {
@@ -56,6 +64,8 @@ impl LockKind {
             LockKind::Fair => "fair lock",
             LockKind::ReadWrite => "read-write lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::Redisson => "Redisson lock",
+            LockKind::RedissonReadWrite => "Redisson read-write lock",
         }
     }
 
@@ -100,16 +110,22 @@ impl LockStatus {
         };
         let flat = strings(holders);
         // Fields starting with ':' are the hold's own (its token, its
-        // take's record, the waiters' mark), never an owner.
+        // take's record, the waiters' mark), never an owner; nor is a
+        // read-write lock's `mode`.
         let holders = flat
             .chunks(2)
-            .filter(|p| !p[0].starts_with(':'))
+            .filter(|p| crate::keys::is_owner_field(&p[0]))
             .filter_map(|p| Some((p[0].clone(), p.get(1)?.parse().ok()?)))
             .collect::<Vec<_>>();
-        let kind = flat
-            .chunks(2)
-            .find(|p| p[0] == ":kind")
-            .and_then(|p| LockKind::from_field(p.get(1)?));
+        let field = |name: &str| flat.chunks(2).find(|p| p[0] == name).and_then(|p| p.get(1));
+        let kind = match field(":kind") {
+            Some(k) => LockKind::from_field(k),
+            // No `:kind`: not lockwarden's. Redisson's layouts are named
+            // (as `foreign` in `lua/shared.lua` tells them apart).
+            None if field("mode").is_some() => Some(LockKind::RedissonReadWrite),
+            None if holders.iter().any(|(f, _)| is_redisson_owner(f)) => Some(LockKind::Redisson),
+            None => None,
+        };
         let pttl = pttl.as_i64().unwrap_or(-2);
         Ok(LockStatus {
             name: name.to_string(),
@@ -122,6 +138,23 @@ impl LockStatus {
             kind,
         })
     }
+}
+
+/// Whether `field` is a Redisson holder's: `<uuid>:<thread id>` (Redisson),
+/// or `<uuid>:<uuid>` (ports such as node-redisson), each uuid in its
+/// 8-4-4-4-12 hex form (as `foreign` in `lua/shared.lua` reads them).
+fn is_redisson_owner(field: &str) -> bool {
+    let is_uuid = |s: &str| {
+        let groups: Vec<&str> = s.split('-').collect();
+        groups.len() == 5
+            && groups
+                .iter()
+                .all(|g| !g.is_empty() && g.chars().all(|c| c.is_ascii_hexdigit()))
+    };
+    let Some((uuid, thread)) = field.split_once(':') else {
+        return false;
+    };
+    is_uuid(uuid) && (is_uuid(thread) || (!thread.is_empty() && thread.chars().all(|c| c.is_ascii_digit())))
 }
 
 /// Redis-style glob match (`*`, `?`, `\\` escapes) of `text` against `pattern`.

@@ -1201,3 +1201,46 @@ fn bench_shows_w6_per_tick_and_w4_without_five_masters_is_refused_at_once() {
         stderr(&o)
     );
 }
+
+/// The command beside Redisson: `status` and `list` name a Redisson
+/// holder as such, and `run` on its name exits 75 with a message naming
+/// Redisson, without writing into its hash.
+#[test]
+fn the_command_names_a_redisson_holder_and_does_not_take_its_name() {
+    let server = RedisServer::start();
+    let holder = "5f0c1f9e-1d7a-4c2b-9a51-0d6e2b7c3a10:1";
+    server.cmd(&["HSET", "java-job", holder, "1"]);
+    server.cmd(&["PEXPIRE", "java-job", "30000"]);
+    server.cmd(&["HSET", "java-rw", "mode", "write", &format!("{holder}:write"), "1"]);
+    server.cmd(&["PEXPIRE", "java-rw", "30000"]);
+
+    let mut c = cli(&server);
+    c.args(["status", "java-job", "--json"]);
+    let o = run(c, Duration::from_secs(20));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let s = &json_lines(&o)[0];
+    assert_eq!(s["kind"], "Redisson lock", "{s}");
+    assert_eq!(s["holders"][0]["owner"], holder, "{s}");
+
+    let mut c = cli(&server);
+    c.args(["list", "--match", "java-*", "--json"]);
+    let o = run(c, Duration::from_secs(20));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut kinds: Vec<String> = json_lines(&o).iter().map(|s| s["kind"].to_string()).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["\"Redisson lock\"", "\"Redisson read-write lock\""],
+        "{kinds:?}"
+    );
+
+    for (name, args) in [("java-job", vec![]), ("java-rw", vec!["--shared"])] {
+        let before = server.cmd(&["HGETALL", name]).strings();
+        let mut c = cli(&server);
+        c.args(["run", name, "--wait", "1s"]).args(&args).args(["--", "true"]);
+        let o = run(c, Duration::from_secs(20));
+        assert_eq!(code(&o), 75, "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains("held by a Redisson client"), "{}", stderr(&o));
+        assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "{name}");
+    }
+}

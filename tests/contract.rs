@@ -953,3 +953,291 @@ async fn every_kind_is_listed_with_its_kind_while_held() {
     })
     .await
 }
+
+/// A Redisson client's id, as it writes it in its holders' fields.
+const REDISSON_ID: &str = "5f0c1f9e-1d7a-4c2b-9a51-0d6e2b7c3a10";
+
+/// A Redisson holder's layout at a name, written here from Redisson's
+/// documented data layout (no Redisson code): the keys it writes.
+#[derive(Clone, Copy, Debug)]
+enum Redisson {
+    /// RLock: a hash at the name, `<uuid>:<thread id>` -> reentry count.
+    Lock,
+    /// A port's lock (node-redisson): the holder is `<uuid>:<uuid>`.
+    PortLock,
+    /// RFencedLock: the lock and its token counter.
+    FencedLock,
+    /// RFairLock: the lock, its waiters' queue and their timeouts.
+    FairLock,
+    /// RReadWriteLock held by a writer: `mode` = write.
+    WriteLock,
+    /// RReadWriteLock held by a reader: `mode` = read, and the reader's
+    /// lease as a string key of its own.
+    ReadLock,
+    /// RSemaphore: a counter at the name.
+    Semaphore,
+    /// RPermitExpirableSemaphore: the counter and its permits' timeouts.
+    ExpirableSemaphore,
+}
+
+const REDISSON_LAYOUTS: [Redisson; 8] = [
+    Redisson::Lock,
+    Redisson::PortLock,
+    Redisson::FencedLock,
+    Redisson::FairLock,
+    Redisson::WriteLock,
+    Redisson::ReadLock,
+    Redisson::Semaphore,
+    Redisson::ExpirableSemaphore,
+];
+
+impl Redisson {
+    /// Writes the layout at `name` (held, with a 30 s lease); its keys.
+    fn write(self, server: &RedisServer, name: &str) -> Vec<String> {
+        let holder = format!("{REDISSON_ID}:1");
+        let later = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 300_000)
+            .to_string();
+        let lock = |server: &RedisServer| {
+            server.cmd(&["HSET", name, &holder, "1"]);
+            server.cmd(&["PEXPIRE", name, "30000"]);
+        };
+        match self {
+            Redisson::Lock => lock(server),
+            Redisson::PortLock => {
+                server.cmd(&[
+                    "HSET",
+                    name,
+                    &format!("{REDISSON_ID}:0d9e4c2a-7b1f-4e3a-8c5d-6f2a1b3c4d5e"),
+                    "1",
+                ]);
+                server.cmd(&["PEXPIRE", name, "30000"]);
+            }
+            Redisson::FencedLock => {
+                lock(server);
+                server.cmd(&["SET", &format!("redisson_lock_token:{{{name}}}"), "7"]);
+            }
+            Redisson::FairLock => {
+                lock(server);
+                let waiter = format!("{REDISSON_ID}:2");
+                server.cmd(&["RPUSH", &format!("redisson_lock_queue:{{{name}}}"), &waiter]);
+                server.cmd(&["ZADD", &format!("redisson_lock_timeout:{{{name}}}"), &later, &waiter]);
+            }
+            Redisson::WriteLock => {
+                server.cmd(&["HSET", name, "mode", "write", &format!("{holder}:write"), "1"]);
+                server.cmd(&["PEXPIRE", name, "30000"]);
+            }
+            Redisson::ReadLock => {
+                server.cmd(&["HSET", name, "mode", "read", &holder, "1"]);
+                server.cmd(&["PEXPIRE", name, "30000"]);
+                let lease = format!("{{{name}}}:{holder}:rwlock_timeout:1");
+                server.cmd(&["SET", &lease, "1", "PX", "30000"]);
+            }
+            Redisson::Semaphore => {
+                server.cmd(&["SET", name, "3"]);
+            }
+            Redisson::ExpirableSemaphore => {
+                server.cmd(&["SET", name, "3"]);
+                server.cmd(&[
+                    "ZADD",
+                    &format!("{{{name}}}:timeout"),
+                    &later,
+                    "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                ]);
+            }
+        }
+        let mut keys = server.keys("*");
+        keys.retain(|k| !k.starts_with("lockwarden:"));
+        keys
+    }
+
+    /// What lockwarden reports when it finds this layout.
+    fn found(self) -> Option<&'static str> {
+        match self {
+            Redisson::Lock | Redisson::PortLock | Redisson::FencedLock | Redisson::FairLock => Some("a Redisson lock"),
+            Redisson::WriteLock | Redisson::ReadLock => Some("a Redisson read-write lock"),
+            Redisson::Semaphore | Redisson::ExpirableSemaphore => None,
+        }
+    }
+}
+
+/// Everything a key holds, and whether its TTL is at most `ttl_before`.
+fn contents(server: &RedisServer, key: &str) -> Vec<String> {
+    let kind = server.cmd(&["TYPE", key]).as_str().unwrap_or("").to_string();
+    let mut out = vec![kind.clone()];
+    out.extend(match kind.as_str() {
+        "hash" => {
+            let mut pairs: Vec<String> = server
+                .cmd(&["HGETALL", key])
+                .strings()
+                .chunks(2)
+                .map(|p| p.join("="))
+                .collect();
+            pairs.sort();
+            pairs
+        }
+        "string" => vec![server.cmd(&["GET", key]).as_str().unwrap_or("").to_string()],
+        "list" => server.cmd(&["LRANGE", key, "0", "-1"]).strings(),
+        "zset" => server.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]).strings(),
+        _ => Vec::new(),
+    });
+    out
+}
+
+/// Without any setting, no kind is ever granted over a Redisson holder of
+/// the same name, waiting or not, and none writes into Redisson's keys (nor
+/// extends their TTL): each hash layout is refused as
+/// `Error::HeldByRedisson`, a semaphore's counter as a wrong type.
+/// `force_unlock` leaves them alone; `status` and `locks` name them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redisson_holder_is_never_granted_over() {
+    bounded(Duration::from_secs(120), async {
+        let server = RedisServer::start();
+        let c = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        for layout in REDISSON_LAYOUTS {
+            let name = format!("r-{layout:?}");
+            let keys = layout.write(&server, &name);
+            let before: Vec<Vec<String>> = keys.iter().map(|k| contents(&server, k)).collect();
+            let ttls: Vec<i64> = keys
+                .iter()
+                .map(|k| server.cmd(&["PTTL", k]).as_int().unwrap())
+                .collect();
+            for k in KINDS {
+                for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                    match (take(&c, k, &name, wait, Lease::Watchdog).await, layout.found()) {
+                        (Ok(Some(_)), _) => panic!("{k:?} was granted over a Redisson {layout:?}"),
+                        (Err(Error::HeldByRedisson { key, found }), Some(want)) => {
+                            assert_eq!(key, name, "{k:?} over {layout:?}");
+                            assert_eq!(found, want, "{k:?} over {layout:?}");
+                            let message = Error::HeldByRedisson { key, found }.to_string();
+                            assert!(message.contains("Redisson"), "{message}");
+                        }
+                        (Err(Error::WrongType { key, found }), None) => {
+                            assert_eq!((key.as_str(), found.as_str()), (name.as_str(), "string"), "{k:?}");
+                        }
+                        (other, _) => panic!("{k:?} over a Redisson {layout:?}: {other:?}"),
+                    }
+                }
+                for (i, key) in keys.iter().enumerate() {
+                    assert_eq!(contents(&server, key), before[i], "{k:?} changed {key} of {layout:?}");
+                    let ttl = server.cmd(&["PTTL", key]).as_int().unwrap();
+                    assert!(
+                        ttl <= ttls[i],
+                        "{k:?} extended {key} of {layout:?}: {} -> {ttl}",
+                        ttls[i]
+                    );
+                }
+            }
+            let lock = c.lock(&name).unwrap();
+            match (lock.force_unlock().await, layout.found()) {
+                (Err(Error::HeldByRedisson { .. }), Some(_)) | (Err(Error::WrongType { .. }), None) => {}
+                (other, _) => panic!("force_unlock of a Redisson {layout:?}: {other:?}"),
+            }
+            for (i, key) in keys.iter().enumerate() {
+                assert_eq!(
+                    contents(&server, key),
+                    before[i],
+                    "force_unlock changed {key} of {layout:?}"
+                );
+            }
+            if layout.found().is_some() {
+                let want = if matches!(layout, Redisson::WriteLock | Redisson::ReadLock) {
+                    lockwarden::LockKind::RedissonReadWrite
+                } else {
+                    lockwarden::LockKind::Redisson
+                };
+                let status = lock.status().await.unwrap();
+                assert_eq!(status.kind, Some(want), "{layout:?}");
+                assert!(status.is_held(), "{layout:?}: {status:?}");
+                let listed = c.locks(&name).await.unwrap();
+                assert_eq!(listed.len(), 1, "{layout:?} listed: {listed:?}");
+                assert_eq!(listed[0].kind, Some(want), "{layout:?}");
+            }
+        }
+    })
+    .await
+}
+
+/// Redisson's acquire decisions, as its documented layouts make them
+/// (written here as small scripts of our own, no Redisson code): each
+/// returns nil when it would grant (and writes its hold), else the PTTL.
+const REDISSON_TAKES: [(&str, &str); 4] = [
+    (
+        "lock",
+        "if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then \
+           redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('PEXPIRE', KEYS[1], 30000) return nil end \
+         return redis.call('PTTL', KEYS[1])",
+    ),
+    (
+        "write lock",
+        "local mode = redis.call('HGET', KEYS[1], 'mode') \
+         if not mode then redis.call('HSET', KEYS[1], 'mode', 'write', ARGV[1] .. ':write', 1) \
+           redis.call('PEXPIRE', KEYS[1], 30000) return nil end \
+         if mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':write') == 1 then \
+           redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':write', 1) return nil end \
+         return redis.call('PTTL', KEYS[1])",
+    ),
+    (
+        "read lock",
+        "local mode = redis.call('HGET', KEYS[1], 'mode') \
+         if not mode then redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[1], 1) \
+           redis.call('PEXPIRE', KEYS[1], 30000) return nil end \
+         if mode == 'read' or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':write') == 1) then \
+           redis.call('HINCRBY', KEYS[1], ARGV[1], 1) return nil end \
+         return redis.call('PTTL', KEYS[1])",
+    ),
+    (
+        "semaphore",
+        "local v = redis.call('GET', KEYS[1]) \
+         if v and tonumber(v) >= 1 then redis.call('DECRBY', KEYS[1], 1) return nil end \
+         return -1",
+    ),
+];
+
+/// The other way round: while lockwarden holds a name, a Redisson client
+/// of the same kind never takes it. Its lock is kept out by the hash
+/// existing; its read-write lock by the `mode` field every lockwarden
+/// read-write lock writes (Redisson takes a hash without one as free);
+/// its semaphore by the hash not being its counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redisson_client_never_takes_a_name_lockwarden_holds() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let holder = format!("{REDISSON_ID}:1");
+        let pairs = [
+            (K::Reentrant, "lock"),
+            (K::Fair, "lock"),
+            (K::Read, "write lock"),
+            (K::Write, "write lock"),
+            (K::Read, "read lock"),
+            (K::Write, "read lock"),
+            (K::Permit, "semaphore"),
+            (K::Multi, "lock"),
+        ];
+        for (k, redisson) in pairs {
+            let name = format!("lw-{k:?}-{}", redisson.replace(' ', "-"));
+            let held = take(&c, k, &name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let before = contents(&server, &name);
+            let script = REDISSON_TAKES.iter().find(|(n, _)| *n == redisson).unwrap().1;
+            let reply = server.cmd(&["EVAL", script, "1", &name, &holder]);
+            assert!(
+                !matches!(reply, Reply::Nil),
+                "Redisson's {redisson} was granted over lockwarden's {k:?}"
+            );
+            assert_eq!(
+                contents(&server, &name),
+                before,
+                "Redisson's {redisson} wrote into {k:?}"
+            );
+            held.release().await.unwrap();
+        }
+    })
+    .await
+}

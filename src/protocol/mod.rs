@@ -103,8 +103,12 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new("renew"
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new("status", lua!("status.lua")));
 pub(crate) static RAISE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new("raise_token", lua!("shared.lua", "raise_token.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new("force_unlock", lua!("shared_wake.lua", "force_unlock.lua")));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "force_unlock",
+        lua!("shared.lua", "shared_wake.lua", "force_unlock.lua"),
+    )
+});
 
 static REENTRANT: LazyLock<Kind> = LazyLock::new(|| Arc::new(reentrant::Reentrant));
 static FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(fair::Fair));

@@ -13,7 +13,7 @@ static SEM_ACQUIRE: LazyLock<Script> =
 static SEM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "sem_release.lua")));
 pub(crate) static SEM_AVAILABLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("available_permits", lua!("sem_available.lua")));
+    LazyLock::new(|| Script::new("available_permits", lua!("shared.lua", "sem_available.lua")));
 
 /// A semaphore of `total` permits; an acquisition takes `take` of them.
 pub(super) struct Semaphore {

@@ -274,7 +274,7 @@ Redis unreachable or refusing (or replicas and disks not confirming) for the who
 \fBrun\fR: the lock was lost, or at risk, while CMD ran (CMD was stopped), or was found lost when CMD ended.
 .TP
 \fB75\fR
-\fBrun\fR: not acquired within \fB--wait\fR.
+\fBrun\fR: not acquired within \fB--wait\fR, or the name is held by a Redisson client.
 .TP
 \fB128 + N\fR
 \fBrun\fR: lockwarden got signal N while still waiting for the lock.
@@ -532,6 +532,7 @@ pub fn exit_code(e: &Error) -> i32 {
         | Error::Config(_)
         | Error::WrongType { .. }
         | Error::WrongKind { .. } => EX_USAGE,
+        Error::HeldByRedisson { .. } => EX_TEMPFAIL,
         _ => EX_UNAVAILABLE,
     }
 }
