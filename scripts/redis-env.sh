@@ -42,6 +42,33 @@ ensure_waitaof_server() {
     export LOCKWARDEN_WAITAOF_SERVER="$bin"
 }
 
+# ensure_node_redisson: sets LOCKWARDEN_NODE_REDISSON to a directory whose
+# node_modules holds node-redisson (a port of Redisson's lock that sends
+# Redisson's own scripts) for tests/redisson.rs, unless it is set already:
+# installed with `npm ci` from tests/redisson/package-lock.json (pinned
+# versions, integrity-checked) into a cache directory named by the lock
+# file's hash. Installs node and npm with apt when they are missing.
+ensure_node_redisson() {
+    if [ -n "${LOCKWARDEN_NODE_REDISSON:-}" ]; then return 0; fi
+    local root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "installing node and npm for the Redisson interoperability tests" >&2
+        if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2
+        else sudo apt-get update -qq >&2 && sudo apt-get install -y -qq nodejs npm >&2; fi
+    fi
+    local lock="$root/tests/redisson/package-lock.json"
+    local cache
+    cache="${XDG_CACHE_HOME:-$HOME/.cache}/lockwarden/node-redisson-$(sha256sum "$lock" | cut -c1-16)"
+    if [ ! -f "$cache/node_modules/node-redisson/package.json" ]; then
+        echo "installing node-redisson from npm for the Redisson interoperability tests" >&2
+        mkdir -p "$cache"
+        cp "$root/tests/redisson/package.json" "$lock" "$cache/"
+        (cd "$cache" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
+    fi
+    export LOCKWARDEN_NODE_REDISSON="$cache"
+}
+
 # start_redis: starts a server on a free loopback port in a temp dir and sets
 # REDIS_PORT, REDIS_PID and REDIS_DIR.
 start_redis() {

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, tests (each starts its own
 # redis-servers), docs. Installs redis-server with apt when it is missing,
-# and fetches a server with WAITAOF for tests/aof.rs (scripts/redis-env.sh).
+# fetches a server with WAITAOF for tests/aof.rs and node-redisson for
+# tests/redisson.rs (scripts/redis-env.sh).
 # Ends with one line: the tests passed and failed over every test binary
 # (doc tests included); the benches' own output goes to a file.
 cd "$(dirname "$0")/.."
 . scripts/redis-env.sh
 ensure_redis
 ensure_waitaof_server
+ensure_node_redisson
 results=$(mktemp)
 benches_log=$(mktemp)
 # Runs a test command, its output shown and kept for the count.

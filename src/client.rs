@@ -221,6 +221,21 @@ impl ClientBuilder {
         self
     }
 
+    /// Takes the locks of [`Client::lock`] (and of multi-locks) in
+    /// Redisson's layout, so that Java services using Redisson's `RLock`
+    /// (or `RFencedLock`) and this client share lock names: they exclude
+    /// each other, each wakes the other's waiters when it unlocks (on
+    /// Redisson's `redisson_lock__channel:{name}`), and fencing tokens come
+    /// from Redisson's counter (`redisson_lock_token:{name}`). Off by
+    /// default. The other kinds (fair lock, read-write lock, semaphore)
+    /// keep lockwarden's layout, which a Redisson client never takes while
+    /// held; the README's "Beside Redisson" has the table. One server or
+    /// Sentinel only: `build()` refuses it over a quorum or a cluster.
+    pub fn redisson_compatible(mut self, on: bool) -> Self {
+        self.options.redisson_compatible = on;
+        self
+    }
+
     /// Connects and returns the client.
     ///
     /// # Errors
@@ -278,6 +293,13 @@ impl ClientBuilder {
             )));
         }
         let settings = self.options.check(n)?;
+        if settings.redisson_compatible && configs.iter().any(|c| c.server.is_clustered()) {
+            return Err(Error::Config(
+                "redisson_compatible is not supported on a cluster yet (Redisson's channels there depend on \
+                 its sharded pub/sub setting): use one server or Sentinel"
+                    .into(),
+            ));
+        }
         let command_timeout = settings.command_timeout;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
@@ -412,7 +434,12 @@ impl Client {
     /// form one non-empty `{hash tag}`.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         let names = Names::new(&self.inner.settings.prefix, name)?;
-        Ok(Lock::new(self.inner.clone(), names, Kind::Reentrant))
+        let kind = if self.inner.settings.redisson_compatible {
+            Kind::Redisson
+        } else {
+            Kind::Reentrant
+        };
+        Ok(Lock::new(self.inner.clone(), names, kind))
     }
 
     /// A handle on the fair lock `name`: waiters get it in the order they

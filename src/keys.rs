@@ -120,6 +120,24 @@ impl Names {
     }
 }
 
+impl Names {
+    /// The same lock in Redisson's layout: its unlock channel is Redisson's
+    /// `redisson_lock__channel:{PN}` and its fencing-token counter
+    /// Redisson's `redisson_lock_token:{PN}` (`PN` in braces, or as it is
+    /// when it has a brace already, as Redisson names them). Both share the
+    /// lock's cluster slot, as the other companions do.
+    pub(crate) fn redisson(mut self) -> Names {
+        let tagged = if self.lock.contains('{') {
+            self.lock.to_string()
+        } else {
+            format!("{{{}}}", &self.lock[..])
+        };
+        self.channel = format!("redisson_lock__channel:{tagged}").into();
+        self.token = format!("redisson_lock_token:{tagged}").into();
+        self
+    }
+}
+
 /// A random 64-bit nonce, as 16 hex digits (written once).
 static REQUEST_NONCE: LazyLock<String> = LazyLock::new(|| {
     let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();

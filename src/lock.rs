@@ -63,6 +63,9 @@ pub(crate) enum Kind {
     /// A semaphore of `total` permits, taking `take` of them; each
     /// acquisition's owner field is its own permit id.
     Permits { total: u32, take: u32 },
+    /// The reentrant lock in Redisson's layout (the client's
+    /// `redisson_compatible`): waiters listen on Redisson's channel.
+    Redisson,
 }
 
 impl Kind {
@@ -73,6 +76,7 @@ impl Kind {
             Kind::Read => crate::protocol::read(),
             Kind::Write => crate::protocol::write(),
             Kind::Permits { total, take } => crate::protocol::permits(total, take),
+            Kind::Redisson => crate::protocol::redisson(),
         }
     }
 }
@@ -81,7 +85,14 @@ impl Lock {
     pub(crate) fn new(inner: Arc<Core>, names: Names, kind: Kind) -> Lock {
         Lock {
             inner,
-            keys: Arc::new(LockKeys::new(names, kind.protocol())),
+            keys: Arc::new(LockKeys::new(
+                if kind == Kind::Redisson {
+                    names.redisson()
+                } else {
+                    names
+                },
+                kind.protocol(),
+            )),
             kind,
             owner: None,
             wake_channel: std::sync::OnceLock::new(),
@@ -512,7 +523,9 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read | Kind::Permits { .. } => crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await,
+            Kind::Read | Kind::Permits { .. } | Kind::Redisson => {
+                crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await
+            }
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }

@@ -55,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) record_ttl: Duration,
     /// Whether replicas or disks must confirm a write before it counts.
     pub(crate) confirmed_writes: bool,
+    /// `Client::lock` takes its locks in Redisson's layout.
+    pub(crate) redisson_compatible: bool,
 }
 
 /// Every setting of a [`ClientBuilder`](crate::ClientBuilder) but the
@@ -74,6 +76,7 @@ pub(crate) struct Options {
     pub(crate) wake_patience: Duration,
     pub(crate) min_replicas: Option<(u32, Duration)>,
     pub(crate) min_aof: Option<AofConfirm>,
+    pub(crate) redisson_compatible: bool,
 }
 
 impl Default for Options {
@@ -90,6 +93,7 @@ impl Default for Options {
             wake_patience: DEFAULT_WAKE_PATIENCE,
             min_replicas: None,
             min_aof: None,
+            redisson_compatible: false,
         }
     }
 }
@@ -153,6 +157,13 @@ impl Options {
             self.fair_waiter_timeout,
             Duration::from_millis(100),
         )?;
+        if self.redisson_compatible && masters > 1 {
+            return Err(Error::Config(
+                "redisson_compatible: Redisson's lock lives on one deployment; a quorum of independent \
+                 masters has no Redisson layout to share (use one server or Sentinel)"
+                    .into(),
+            ));
+        }
         if self.prefix.len() > MAX_NAME_LEN / 2 {
             return Err(Error::Config("the key prefix is longer than 256 bytes".into()));
         }
@@ -172,6 +183,7 @@ impl Options {
             waiter_timeout: self.fair_waiter_timeout,
             record_ttl: (command_timeout * 4).max(Duration::from_secs(1)),
             confirmed_writes: self.min_replicas.is_some() || self.min_aof.is_some(),
+            redisson_compatible: self.redisson_compatible,
         })
     }
 }

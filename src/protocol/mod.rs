@@ -91,6 +91,7 @@ macro_rules! lua {
 }
 
 mod fair;
+mod redisson;
 mod reentrant;
 mod rw;
 mod semaphore;
@@ -114,6 +115,7 @@ static REENTRANT: LazyLock<Kind> = LazyLock::new(|| Arc::new(reentrant::Reentran
 static FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(fair::Fair));
 static READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: true }));
 static WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: false }));
+static REDISSON: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonLock));
 
 /// The reentrant lock: any owner may take a free lock; waiters race.
 pub(crate) fn reentrant() -> Kind {
@@ -133,6 +135,11 @@ pub(crate) fn read() -> Kind {
 /// The write side of a read-write lock: exclusive.
 pub(crate) fn write() -> Kind {
     WRITE.clone()
+}
+
+/// The reentrant lock in Redisson's layout.
+pub(crate) fn redisson() -> Kind {
+    REDISSON.clone()
 }
 
 /// A semaphore of `total` permits, an acquisition taking `take` of them;
@@ -362,7 +369,7 @@ fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN, &BATCH];
-    for kind in [reentrant(), fair(), write(), permits(1, 1)] {
+    for kind in [reentrant(), fair(), write(), permits(1, 1), redisson()] {
         all.extend(kind.scripts());
     }
     all
