@@ -317,3 +317,67 @@ async fn without_the_setting_a_redisson_hold_is_refused() {
     })
     .await
 }
+
+/// `lockwarden run --redisson-compatible` waits for a name node-redisson
+/// holds, is woken by its unlock, and holds the name in Redisson's layout
+/// while its command runs (node-redisson is kept out).
+#[test]
+fn the_command_takes_redisson_compatible_locks() {
+    let server = RedisServer::start();
+    let mut node = Node::start(&server);
+    node.send("lock job");
+    node.expect("locked job", Duration::from_secs(10));
+    let mut run = Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+        .env_remove("LOCKWARDEN_REDIS")
+        .args([
+            "run",
+            "job",
+            "--redisson-compatible",
+            "--wait",
+            "30s",
+            "--redis",
+            &server.url(),
+        ])
+        .args(["--", "sh", "-c", "sleep 1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "run went ahead while node-redisson held the name"
+    );
+    node.send("unlock job");
+    let (_, unlocked_at) = node.expect("unlocked job", Duration::from_secs(10));
+    // While the command runs, the name is held in Redisson's layout.
+    let held = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        server.cmd(&["EXISTS", "job"]).as_int() == Some(1)
+    });
+    assert!(held, "run did not take the name after node-redisson's unlock");
+    let taken_at = now_ms();
+    assert!(
+        taken_at.saturating_sub(unlocked_at) < WOKEN_WITHIN.as_millis() as u64,
+        "run was not woken by node-redisson's unlock"
+    );
+    assert!(
+        server.cmd(&["HGET", "job", ":kind"]).as_str().is_none(),
+        "lockwarden's own layout"
+    );
+    node.send("trylock job 0");
+    node.expect("trylock job false", Duration::from_secs(10));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("run did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(0));
+    node.send("trylock job 0");
+    node.expect("trylock job true", Duration::from_secs(10));
+}

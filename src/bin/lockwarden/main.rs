@@ -59,6 +59,10 @@ struct Conn {
     /// their confirmations (default: 500ms).
     #[arg(long, value_name = "D", value_parser = duration)]
     replica_timeout: Option<Duration>,
+    /// Take plain locks in Redisson's layout, shared with Java services
+    /// using Redisson's RLock on the same names (one server or Sentinel).
+    #[arg(long)]
+    redisson_compatible: bool,
     #[command(flatten)]
     tls: Tls,
 }
@@ -95,6 +99,7 @@ impl Conn {
             aof_local: self.aof_local || before.aof_local,
             aof_replicas: self.aof_replicas.or(before.aof_replicas),
             replica_timeout: self.replica_timeout.or(before.replica_timeout),
+            redisson_compatible: self.redisson_compatible || before.redisson_compatible,
             tls: Tls {
                 tls_ca: self.tls.tls_ca.or(before.tls.tls_ca),
                 tls_cert: self.tls.tls_cert.or(before.tls.tls_cert),
@@ -441,6 +446,7 @@ impl Ctx {
             min_replicas: cli.min_replicas.map(|n| (n, replica_timeout)),
             min_aof: (cli.aof_local || cli.aof_replicas.is_some())
                 .then(|| (cli.aof_local, cli.aof_replicas.unwrap_or(0), replica_timeout)),
+            redisson_compatible: cli.redisson_compatible,
         })
     }
 }
@@ -461,6 +467,8 @@ pub struct Ctx {
     pub min_replicas: Option<(u32, Duration)>,
     /// --aof-local, --aof-replicas and --replica-timeout.
     pub min_aof: Option<(bool, u32, Duration)>,
+    /// --redisson-compatible.
+    pub redisson_compatible: bool,
 }
 
 impl Ctx {
@@ -514,7 +522,7 @@ impl Ctx {
         if let Some((local, replicas, timeout)) = self.min_aof {
             b = b.min_aof_fsynced(local, replicas, timeout);
         }
-        b
+        b.redisson_compatible(self.redisson_compatible)
     }
 }
 
