@@ -432,14 +432,45 @@ impl Client {
     /// [`Error::InvalidName`] for an empty name, one longer than 512 bytes
     /// with the prefix, one with control characters, or braces that do not
     /// form one non-empty `{hash tag}`.
+    ///
+    /// With [`ClientBuilder::redisson_compatible`], the lock is
+    /// [`Client::redisson_lock`]'s.
     pub fn lock(&self, name: &str) -> Result<Lock> {
+        if self.inner.settings.redisson_compatible {
+            return self.redisson_lock(name);
+        }
         let names = Names::new(&self.inner.settings.prefix, name)?;
-        let kind = if self.inner.settings.redisson_compatible {
-            Kind::Redisson
-        } else {
-            Kind::Reentrant
-        };
-        Ok(Lock::new(self.inner.clone(), names, kind))
+        Ok(Lock::new(self.inner.clone(), names, Kind::Reentrant))
+    }
+
+    /// A handle on the lock `name` in Redisson's layout, shared with Java
+    /// services using Redisson's `RLock` or `RFencedLock` (and its ports)
+    /// on the same name: they exclude each other, each side's unlock wakes
+    /// the other's waiters, each keeps its own reentry count, and fencing
+    /// tokens come from one counter (README, "Beside Redisson"). Same API
+    /// and guarantees as [`Client::lock`]; the waiters of a name all wake
+    /// on an unlock and one gets it. Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`]; [`Error::Config`] over a quorum of masters
+    /// (Redisson's lock lives on one deployment) and, for now, on a
+    /// cluster.
+    pub fn redisson_lock(&self, name: &str) -> Result<Lock> {
+        if self.inner.members.len() > 1 {
+            return Err(Error::Config(format!(
+                "Redisson-compatible lock {name:?}: Redisson's lock lives on one deployment; a quorum of \
+                 independent masters has no Redisson layout to share (use one server or Sentinel)"
+            )));
+        }
+        if fred::prelude::ClientLike::is_clustered(&self.inner.members[0].node.client) {
+            return Err(Error::Config(format!(
+                "Redisson-compatible lock {name:?}: not supported on a cluster yet (Redisson's channels there \
+                 depend on its sharded pub/sub setting); use one server or Sentinel"
+            )));
+        }
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(Lock::new(self.inner.clone(), names, Kind::Redisson))
     }
 
     /// A handle on the fair lock `name`: waiters get it in the order they

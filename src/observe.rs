@@ -53,6 +53,7 @@ mod imp {
                 (None, "read") => $macro!($name, "kind" => "read" $(, $k => $v)*),
                 (None, "write") => $macro!($name, "kind" => "write" $(, $k => $v)*),
                 (None, "semaphore") => $macro!($name, "kind" => "semaphore" $(, $k => $v)*),
+                (None, "redisson") => $macro!($name, "kind" => "redisson" $(, $k => $v)*),
                 _ => with_lock!($macro, $name, $l $(, $k => $v)*),
             }
         };

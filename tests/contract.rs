@@ -23,9 +23,19 @@ enum K {
     Write,
     Permit,
     Multi,
+    /// The plain lock in Redisson's layout (`Client::redisson_lock`).
+    Redisson,
 }
 
-const KINDS: [K; 6] = [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit, K::Multi];
+const KINDS: [K; 7] = [
+    K::Reentrant,
+    K::Fair,
+    K::Read,
+    K::Write,
+    K::Permit,
+    K::Multi,
+    K::Redisson,
+];
 
 impl K {
     /// The kind that has to wait while this one holds the name: the write
@@ -51,6 +61,18 @@ impl K {
             K::Fair => "fair lock",
             K::Read | K::Write => "read-write lock",
             K::Permit => "semaphore",
+            K::Redisson => "Redisson lock",
+        }
+    }
+
+    /// Whether the deployment refuses the kind by design: a semaphore over
+    /// a quorum (a majority does not bound a count), a Redisson-compatible
+    /// lock over a quorum or (for now) a cluster. Checked refusing.
+    fn refused_on(self, dep: Dep) -> bool {
+        match self {
+            K::Permit => dep == Dep::Quorum,
+            K::Redisson => matches!(dep, Dep::Quorum | Dep::Cluster),
+            _ => false,
         }
     }
 }
@@ -126,6 +148,7 @@ async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> loc
         K::Read => c.rw_lock(name)?.read().try_lock(wait, lease).await?.map(Held::G),
         K::Write => c.rw_lock(name)?.write().try_lock(wait, lease).await?.map(Held::G),
         K::Permit => c.semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
+        K::Redisson => c.redisson_lock(name)?.try_lock(wait, lease).await?.map(Held::G),
         K::Multi => c
             .multi_lock(&[name.to_string(), second(name)])?
             .try_lock(wait, lease)
@@ -242,7 +265,7 @@ impl Setup {
             Some(c) => c.channels(),
             None => self.masters.iter().flat_map(|m| m.pubsub_channels()).collect(),
         };
-        all.retain(|c| c.starts_with(lockwarden::NAMESPACE));
+        all.retain(|c| c.starts_with(lockwarden::NAMESPACE) || c.starts_with("redisson_lock__channel:"));
         all
     }
 }
@@ -293,7 +316,7 @@ async fn until_someone_listens(setup: &Setup) {
 async fn assert_nothing_left(setup: &Setup, what: &str) {
     let left = || {
         let mut keys = setup.keys("*");
-        keys.retain(|k| !k.ends_with(":token") && !k.contains(":req:"));
+        keys.retain(|k| !k.ends_with(":token") && !k.contains(":req:") && !k.starts_with("redisson_lock_token:"));
         keys
     };
     if !eventually(Duration::from_secs(5), || left().is_empty()).await {
@@ -338,9 +361,11 @@ async fn healthy_hold_and_handoff_on(k: K, dep: Dep) {
     let lease = Duration::from_secs(30);
     let a = quiet_client_of(&setup, lease).await;
     let b = quiet_client_of(&setup, lease).await;
-    if k == K::Permit && dep == Dep::Quorum {
-        // A majority of masters does not bound a count.
-        assert!(matches!(a.semaphore("contract", 1), Err(Error::Config(_))));
+    if k.refused_on(dep) {
+        assert!(matches!(
+            take(&a, k, "contract", Duration::ZERO, Lease::Watchdog).await,
+            Err(Error::Config(_))
+        ));
         return;
     }
     for mode in leases(lease) {
@@ -384,7 +409,7 @@ async fn healthy_hold_and_handoff_on(k: K, dep: Dep) {
 /// over a quorum of three (every master's connection stalled).
 async fn stalled_holder_frees_the_name_at_its_lease_end(k: K) {
     for dep in [Dep::Single, Dep::Quorum] {
-        if k == K::Permit && dep == Dep::Quorum {
+        if k.refused_on(dep) {
             continue; // refused there by design (see healthy_hold_and_handoff)
         }
         bounded(BOUND, stalled_holder_on(k, dep)).await;
@@ -464,6 +489,9 @@ async fn stalled_holder_on(k: K, dep: Dep) {
 /// release answers `NotHeld`.
 async fn stopped_holder_process_frees_the_name(k: K) {
     for dep in [Dep::Replicated, Dep::Sentinel, Dep::Cluster] {
+        if k.refused_on(dep) {
+            continue; // refused there by design (see healthy_hold_and_handoff)
+        }
         bounded(BOUND, stopped_holder_on(k, dep)).await;
     }
 }
@@ -577,7 +605,7 @@ async fn stopped_holder_on(k: K, dep: Dep) {
 /// before.
 async fn lost_data_tells_the_holder_and_tokens_never_go_back(k: K) {
     for dep in DEPLOYMENTS {
-        if k == K::Permit && dep == Dep::Quorum {
+        if k.refused_on(dep) {
             continue; // refused there by design (see healthy_hold_and_handoff)
         }
         bounded(BOUND, lost_data_on(k, dep)).await;
@@ -693,6 +721,8 @@ macro_rules! every_kind {
             async fn permit() { super::$check(K::Permit).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn multi() { super::$check(K::Multi).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redisson() { super::$check(K::Redisson).await }
         }
     )*};
 }
@@ -1109,6 +1139,8 @@ async fn a_redisson_holder_is_never_granted_over() {
                 for wait in [Duration::ZERO, Duration::from_millis(300)] {
                     match (take(&c, k, &name, wait, Lease::Watchdog).await, layout.found()) {
                         (Ok(Some(_)), _) => panic!("{k:?} was granted over a Redisson {layout:?}"),
+                        // Redisson's layout is its own: held by another owner.
+                        (Ok(None), Some(_)) if k == K::Redisson => {}
                         (Err(Error::HeldByRedisson { key, found }), Some(want)) => {
                             assert_eq!(key, name, "{k:?} over {layout:?}");
                             assert_eq!(found, want, "{k:?} over {layout:?}");
