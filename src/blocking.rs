@@ -134,6 +134,19 @@ impl Client {
         })
     }
 
+    /// The lock `name` in Redisson's layout; see
+    /// [`crate::Client::redisson_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::redisson_lock`].
+    pub fn redisson_lock(&self, name: &str) -> Result<Lock> {
+        Ok(Lock {
+            inner: self.inner.redisson_lock(name)?,
+            rt: self.rt.clone(),
+        })
+    }
+
     /// The async client underneath.
     pub fn as_async(&self) -> &crate::client::Client {
         &self.inner
