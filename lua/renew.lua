@@ -11,8 +11,10 @@
 -- never re-created and a key of another type is never touched (it reports 0).
 -- A hold with a lease of its own (a read-write lock's reader: the field
 -- ':' .. owner field holds its deadline in server ms, see shared_rw.lua)
--- also gets its deadline moved to now + lease; one whose deadline passed
--- is gone: its fields are removed and it reports 0.
+-- also gets its deadline moved to now + lease when that is later (never
+-- shortened: a hold extended by its holder to a longer lease keeps it);
+-- one whose deadline passed is gone: its fields are removed and it
+-- reports 0.
 
 local out = {}
 local now
@@ -30,7 +32,9 @@ for i = 1, #KEYS do
       redis.call('HDEL', KEYS[i], field, ':' .. field)
       out[i] = 0
     else
-      redis.call('HSET', KEYS[i], ':' .. field, string.format('%d', now + tonumber(ARGV[1])))
+      if tonumber(got[2]) < now + tonumber(ARGV[1]) then
+        redis.call('HSET', KEYS[i], ':' .. field, string.format('%d', now + tonumber(ARGV[1])))
+      end
       redis.call('PEXPIRE', KEYS[i], ARGV[1], 'GT')
       out[i] = 1
     end

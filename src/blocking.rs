@@ -326,6 +326,20 @@ impl LockGuard {
         block(&rt, inner.unlock())
     }
 
+    /// Keeps the hold for at least `lease` from now and waits for Redis to
+    /// confirm.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::LockGuard::extend`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        block(&self.rt, self.inner.extend(lease))
+    }
+
     /// The fencing token of this hold.
     pub fn token(&self) -> u64 {
         self.inner.token()

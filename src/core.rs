@@ -46,8 +46,8 @@ impl Core {
         &self.spawner
     }
 
-    /// What the renewal tasks need of the core.
-    fn renewing(&self) -> Renewing<'_> {
+    /// What the renewal tasks (and a guard's extension) need of the core.
+    pub(crate) fn renewing(&self) -> Renewing<'_> {
         Renewing {
             holds: &self.holds,
             members: &self.members,

@@ -251,6 +251,35 @@ impl LockGuard {
         }
     }
 
+    /// Keeps the hold for at least `lease` from now, if it is still held:
+    /// its lease on the server becomes `lease` from now unless it is longer
+    /// already (a lease is never shortened), and [`LockGuard::validity`]
+    /// (and with it [`LockGuard::is_at_risk`]) follows: `lease` minus the
+    /// time the call took and the drift allowance. For a fixed lease that
+    /// needs more time than planned (Redisson's `updateLeaseTime`,
+    /// redsync's `Extend`); on a watchdog hold the watchdog keeps renewing
+    /// as before, and the longer lease stands until it runs out. Every
+    /// level of the hold shares it. Over a quorum, a majority must confirm
+    /// within the new validity, as for a renewal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the hold is lost (its lease ran out, it was
+    /// force-unlocked or flushed): it is marked lost, and nothing changes;
+    /// [`Error::InvalidDuration`] for a lease below
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or above 30 days; Redis errors (then
+    /// the hold's validity is as it was).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, the extension may or may not have reached the
+    /// servers; the validity is moved only by a confirmed one, and a lease
+    /// is never shortened either way.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        crate::settings::check_lease(lease)?;
+        crate::watchdog::extend_hold(self.inner.renewing(), &self.hold, lease, &self.keys.name).await
+    }
+
     /// Releases this level of the lock; the last level frees it and wakes a
     /// waiter. `Ok` means the release was applied on every master that
     /// granted the hold and answered within its command timeout (over a

@@ -245,6 +245,22 @@ impl MultiGuard {
         futures::future::select_all(each).await.0
     }
 
+    /// Keeps every lock for at least `lease` from now (see
+    /// [`LockGuard::extend`]), all at once.
+    ///
+    /// # Errors
+    ///
+    /// The first error of any lock's extension ([`Error::NotHeld`](crate::Error::NotHeld) when
+    /// one of them is lost); the others are extended all the same.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::extend`].
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let results = futures::future::join_all(self.guards.iter().map(|g| g.extend(lease))).await;
+        results.into_iter().collect()
+    }
+
     /// Releases every lock (together).
     ///
     /// # Errors

@@ -233,6 +233,20 @@ impl Permit {
         self.guard.at_risk().await
     }
 
+    /// Keeps the permits for at least `lease` from now, if they are still
+    /// held (see [`LockGuard::extend`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::extend`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::extend`].
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.guard.extend(lease).await
+    }
+
     /// Gives the permits back.
     ///
     /// # Errors

@@ -16,6 +16,7 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::error::Result;
 use crate::fanout::majority;
 use crate::keys::Str;
 use crate::member::Member;
@@ -445,6 +446,42 @@ pub(crate) async fn tick(r: Renewing<'_>) {
             h.note_risk(h.valid_until().saturating_duration_since(now) < lease / 2);
         }
     }
+}
+
+/// Keeps `hold` at least `lease` from now on every master that counts
+/// (one renewal call each, as a tick's): a majority confirming within the
+/// new validity moves the validity on; a majority finding it gone marks it
+/// lost (`NotHeld`); otherwise the error, the hold as it was.
+pub(crate) async fn extend_hold(r: Renewing<'_>, hold: &Arc<Hold>, lease: Duration, name: &str) -> Result<()> {
+    let not_held = || crate::error::Error::NotHeld { name: name.to_string() };
+    if hold.lost_reason().is_some() {
+        return Err(not_held());
+    }
+    let n = r.members.len();
+    let need = majority(n);
+    let timeout = r.settings.command_timeout;
+    let sent = Instant::now();
+    let pair = [(&hold.lock_key, &hold.owner_field)];
+    let counting = r.members.iter().filter(|m| crate::member::NodeOps::counts(&***m));
+    let replies = join_all(counting.map(|m| m.node.renew(&pair, lease, timeout))).await;
+    let (mut confirmed, mut gone, mut errors) = (0, 0, Vec::new());
+    for reply in replies {
+        match reply {
+            Ok(flags) if flags.first() == Some(&true) => confirmed += 1,
+            Ok(_) => gone += 1,
+            Err(e) => errors.push(e),
+        }
+    }
+    let valid_until = sent + lease.saturating_sub(drift(lease));
+    if confirmed >= need && Instant::now() < valid_until {
+        hold.extend(valid_until);
+        return Ok(());
+    }
+    if gone > n - need {
+        hold.mark_lost(LossReason::Gone);
+        return Err(not_held());
+    }
+    Err(crate::fanout::quorum_error("extend", n, confirmed, errors))
 }
 
 #[cfg(test)]

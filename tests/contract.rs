@@ -118,6 +118,14 @@ impl Held {
         }
     }
 
+    async fn extend(&self, lease: Duration) -> lockwarden::Result<()> {
+        match self {
+            Held::G(g) => g.extend(lease).await,
+            Held::P(p) => p.extend(lease).await,
+            Held::M(m) => m.extend(lease).await,
+        }
+    }
+
     fn token(&self) -> u64 {
         match self {
             Held::G(g) => g.token(),
@@ -705,6 +713,102 @@ async fn killed_connections_keep_the_hold(k: K) {
     .await
 }
 
+/// A fixed lease extended on demand (`extend`) keeps the hold past its
+/// first lease: a rival stays out, the hold is neither lost nor at risk,
+/// and its validity follows the new lease; a lost hold's extension is
+/// `NotHeld` and re-creates nothing. On one server, a cluster and a quorum.
+async fn a_fixed_lease_is_extended_on_demand(k: K) {
+    for dep in [Dep::Single, Dep::Cluster, Dep::Quorum] {
+        if k.refused_on(dep) {
+            continue; // refused there by design (see healthy_hold_and_handoff)
+        }
+        bounded(BOUND, extended_on(k, dep)).await;
+    }
+}
+
+async fn extended_on(k: K, dep: Dep) {
+    let setup = Setup::start(dep);
+    let what = format!("{k:?} on {dep:?}");
+    let first = Duration::from_millis(1500);
+    let a = quiet_client_of(&setup, Duration::from_secs(30)).await;
+    let b = quiet_client_of(&setup, Duration::from_secs(30)).await;
+    let name = "contract";
+    let held = take(&a, k, name, Duration::ZERO, Lease::Fixed(first))
+        .await
+        .unwrap()
+        .expect("free");
+    held.extend(Duration::from_secs(6)).await.unwrap();
+    assert!(
+        held.validity() > Duration::from_secs(5),
+        "{what}: {:?}",
+        held.validity()
+    );
+    tokio::time::sleep(first + Duration::from_millis(700)).await;
+    assert!(!held.is_lost(), "{what}: lost past its first lease");
+    assert!(!held.is_at_risk(), "{what}: at risk past its first lease");
+    assert!(
+        take(&b, k.rival(), name, Duration::ZERO, Lease::Watchdog)
+            .await
+            .unwrap()
+            .is_none(),
+        "{what}: a rival got in past the first lease of an extended hold"
+    );
+    held.release().await.unwrap();
+
+    let held = take(&a, k, name, Duration::ZERO, Lease::Fixed(first))
+        .await
+        .unwrap()
+        .expect("free again");
+    setup.flushall();
+    assert!(
+        matches!(held.extend(Duration::from_secs(6)).await, Err(Error::NotHeld { .. })),
+        "{what}: a lost hold's extension"
+    );
+    assert!(held.is_lost(), "{what}: a hold found gone by its extension is lost");
+    assert!(setup.keys(name).is_empty(), "{what}: the extension re-created the lock");
+}
+
+/// A watchdog hold extended past the watchdog lease keeps the longer
+/// lease: renewals never move a hold's own deadline back (the read-write
+/// lock's and the semaphore's holds, whose deadline is a field of theirs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewals_never_shorten_an_extended_hold() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = quiet_client(&server.url(), Duration::from_millis(1500)).await;
+        for k in [K::Read, K::Write, K::Permit] {
+            let name = format!("ext-{k:?}");
+            let held = take(&c, k, &name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let field = match &held {
+                Held::G(g) => g.owner().field().to_string(),
+                Held::P(p) => p.id(),
+                Held::M(_) => unreachable!(),
+            };
+            held.extend(Duration::from_secs(20)).await.unwrap();
+            let deadline = || {
+                server
+                    .cmd(&["HGET", &name, &format!(":{field}")])
+                    .as_int()
+                    .unwrap_or_else(|| panic!("{k:?}: no deadline field"))
+            };
+            let extended = deadline();
+            // Three renewals (every 500 ms) later.
+            tokio::time::sleep(Duration::from_millis(1700)).await;
+            assert!(deadline() >= extended, "{k:?}: a renewal moved the deadline back");
+            assert!(
+                held.validity() > Duration::from_secs(15),
+                "{k:?}: {:?}",
+                held.validity()
+            );
+            held.release().await.unwrap();
+        }
+    })
+    .await
+}
+
 macro_rules! every_kind {
     ($($check:ident),* $(,)?) => {$(
         mod $check {
@@ -729,6 +833,7 @@ macro_rules! every_kind {
 
 every_kind!(
     healthy_hold_and_handoff,
+    a_fixed_lease_is_extended_on_demand,
     stalled_holder_frees_the_name_at_its_lease_end,
     stopped_holder_process_frees_the_name,
     lost_data_tells_the_holder_and_tokens_never_go_back,
