@@ -6,7 +6,10 @@
 
 use std::sync::LazyLock;
 
-use super::{first_send_flag, lit, ms, name, token_arg, Acquire, Call, Env, LockKeys, Protocol, Release, Script};
+use super::{
+    channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, LockKeys, Protocol, Release, Script,
+    CHANNEL_RELEASE_FIRST_SEND,
+};
 use crate::keys::Str;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "redisson_acquire.lua")));
@@ -39,15 +42,8 @@ impl Protocol for RedissonLock {
         Call {
             script: &RELEASE,
             keys: vec![&keys.lock, &keys.channel, rec],
-            args: vec![
-                name(r.owner),
-                token_arg(r.token),
-                ms(r.relet).into(),
-                ms(env.record_ttl).into(),
-                lit(env.publish),
-                first_send_flag(!r.resent),
-            ],
-            first_send: Some(5),
+            args: channel_release_args(r, env),
+            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
         }
     }
 
