@@ -549,6 +549,28 @@ impl Client {
         Ok(crate::semaphore::Semaphore::new(self.inner.clone(), keys, permits))
     }
 
+    /// A handle on the election `name`: campaign to lead it, ask who
+    /// leads, follow the leaders as they change (see
+    /// [`Election`](crate::Election)). Its leader holds the reentrant lock
+    /// `name` (its key, its token counter), so use the name for the
+    /// election only. Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`]; [`Error::Config`] on a client over a quorum of
+    /// independent masters: the leader's value and the log its observers
+    /// follow live on one master.
+    pub fn election(&self, name: &str) -> Result<crate::election::Election> {
+        if self.inner.members.len() > 1 {
+            return Err(Error::Config(format!(
+                "election {name:?}: not available over a quorum of independent masters (the leader's value and \
+                 its log live on one master); use one server, Sentinel or Cluster"
+            )));
+        }
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(crate::election::Election::new(self.inner.clone(), names))
+    }
+
     /// Snapshots of every lock under this client's key prefix whose name
     /// matches the Redis-style glob `pattern` (`*`, `?`), of every kind:
     /// found through their fencing-token keys (every lock whose write side

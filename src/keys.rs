@@ -15,6 +15,11 @@
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
 //! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<wake-id>` (`<client-uuid>:w<n>`, or the owner field with a quorum) |
+//! | election: leader changes (channel) | `lockwarden:{PN}:leader` |
+//! | election: the log of proclaimed leaders (stream) | `lockwarden:{PN}:leaders` |
+//!
+//! An election's leader is the holder of the lock `PN` (a reentrant lock
+//! hash); the value it proclaims is the hash's `:value` field.
 //!
 //! When `PN` already contains a hash tag (`orders{eu}`), braces are not
 //! added; a `#` marks that form instead: `lockwarden:#orders{eu}:channel`
@@ -121,6 +126,13 @@ impl Names {
 }
 
 impl Names {
+    /// An election's change channel and its log of proclaimed leaders
+    /// (see the module docs), beside the lock's other companions.
+    pub(crate) fn election(&self) -> (Str, Str) {
+        let base = self.token.strip_suffix(":token").unwrap_or(&self.token);
+        (format!("{base}:leader").into(), format!("{base}:leaders").into())
+    }
+
     /// The same lock in Redisson's layout: its unlock channel is Redisson's
     /// `redisson_lock__channel:{PN}` and its fencing-token counter
     /// Redisson's `redisson_lock_token:{PN}` (`PN` in braces, or as it is

@@ -142,6 +142,7 @@ pub mod blocking;
 mod client;
 mod connect;
 mod core;
+mod election;
 mod error;
 mod extend;
 mod fair;
@@ -170,6 +171,7 @@ mod watchdog;
 
 pub use client::{Client, ClientBuilder};
 pub use connect::redact_url;
+pub use election::{Election, Leader, Leadership};
 pub use error::{Error, RedisErrorKind, Result};
 /// The Redis client lockwarden is built on, re-exported: its types appear in
 /// [`Client::redis`], [`Client::masters`] and [`Client::builder_from_config`].

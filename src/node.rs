@@ -665,6 +665,14 @@ impl Node {
         Ok(reply.max(0) as u64)
     }
 
+    /// Runs a call of a primitive that is not a lock (an election's),
+    /// made with this node's environment. Such calls are read-only or
+    /// harmless when replayed (see their scripts).
+    pub(crate) async fn run_call<'a, R: FromValue>(&self, make: impl FnOnce(&Env) -> Call<'a>) -> Result<R> {
+        let call = make(&self.env());
+        self.call(call, self.command_timeout).await
+    }
+
     /// A semaphore's free permits out of `total` (holders whose lease
     /// passed count as gone).
     pub(crate) async fn available_permits(&self, keys: &crate::keys::Names, total: u32) -> Result<u64> {

@@ -90,6 +90,7 @@ macro_rules! lua {
     };
 }
 
+pub(crate) mod election;
 mod fair;
 mod redisson;
 mod reentrant;
@@ -372,6 +373,7 @@ pub(crate) fn all_scripts() -> Vec<&'static Script> {
     for kind in [reentrant(), fair(), write(), permits(1, 1), redisson()] {
         all.extend(kind.scripts());
     }
+    all.extend(election::scripts());
     all
 }
 

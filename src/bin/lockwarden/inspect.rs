@@ -171,3 +171,48 @@ pub async fn force_unlock(ctx: &Ctx, name: &str) -> i32 {
         Err(e) => fail(&format!("removing lock {name:?}"), &e),
     }
 }
+
+/// `lockwarden leader NAME [--json] [--watch]`.
+pub async fn leader(ctx: &Ctx, name: &str, as_json: bool, watch: bool) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let election = match client.election(name) {
+        Ok(e) => e,
+        Err(e) => return fail(&format!("election {name:?}"), &e),
+    };
+    let show = |l: &lockwarden::Leader| {
+        if as_json {
+            println!("{}", json!({"name": name, "value": l.value, "term": l.term}));
+        } else {
+            println!("{}", l.value);
+        }
+    };
+    if !watch {
+        return match election.leader().await {
+            Ok(Some(l)) => {
+                show(&l);
+                0
+            }
+            Ok(None) => {
+                eprintln!("lockwarden: election {name:?} has no leader");
+                crate::EX_TEMPFAIL
+            }
+            Err(e) => fail(&format!("election {name:?}"), &e),
+        };
+    }
+    use futures::StreamExt;
+    let mut leaders = election.observe();
+    loop {
+        tokio::select! {
+            item = leaders.next() => match item {
+                Some(Ok(l)) => show(&l),
+                // The stream goes on after a failure (a second later).
+                Some(Err(e)) => eprintln!("lockwarden: election {name:?}: {e}"),
+                None => return 0,
+            },
+            _ = tokio::signal::ctrl_c() => return 0,
+        }
+    }
+}

@@ -118,6 +118,27 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Campaign for the election NAME; run CMD only while leading it.
+    Elect {
+        #[command(flatten)]
+        args: ElectArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print the leader of the election NAME (exit 75 when nobody leads).
+    Leader {
+        /// The election's name (without the key prefix).
+        name: String,
+        /// One JSON object (name, value, term) instead of the value alone.
+        #[arg(long)]
+        json: bool,
+        /// Print every leader as it comes, one line each, until interrupted
+        /// (the current one first, if any).
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Show one lock: holders, reentry counts, remaining lease, last token, queue.
     Status {
         /// The lock's name (without the key prefix).
@@ -215,6 +236,58 @@ pub struct RunArgs {
     // which says where it goes (`--`) and what was taken for names.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    /// The election's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// What this leader proclaims (what `lockwarden leader` prints).
+    /// Default: the host name and the process id, as `host:pid`.
+    #[arg(long, help_heading = "Lock options", value_name = "V")]
+    pub value: Option<String>,
+    /// Give up after campaigning this long (exit 75). Default: campaign
+    /// until leading.
+    #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration)]
+    pub wait: Option<Duration>,
+    /// The watchdog lease of the leadership, renewed every third of it
+    /// while CMD runs: a leader that dies is replaced this long after.
+    #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration, default_value = "30s")]
+    pub watchdog_lease: Duration,
+    /// As for `run`: time between SIGTERM and SIGKILL to CMD's process
+    /// group when the leadership is lost or at risk.
+    #[arg(long, value_name = "D", value_parser = duration, help_heading = "Run options")]
+    pub kill_grace: Option<Duration>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ElectArgs {
+    /// The run it makes: the election's lock, with the watchdog, and the
+    /// value to proclaim.
+    fn into_run(self) -> (RunArgs, String) {
+        let value = self.value.unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".to_string());
+            format!("{host}:{}", std::process::id())
+        });
+        let run = RunArgs {
+            names: vec![self.name],
+            wait: self.wait,
+            lease: None,
+            watchdog_lease: self.watchdog_lease,
+            fair: false,
+            shared: false,
+            exclusive: false,
+            permits: None,
+            kill_grace: self.kill_grace,
+            command: self.command,
+        };
+        (run, value)
+    }
 }
 
 /// The whole man page, one page: the commands are sections of it (no
@@ -374,7 +447,17 @@ fn main() {
 async fn dispatch(cli: Cli) -> i32 {
     let before = cli.conn;
     let (command, conn) = match cli.command {
-        Command::Run { args, conn } => (Cmd::Run(args), conn.or(before)),
+        Command::Run { args, conn } => (Cmd::Run(args, None), conn.or(before)),
+        Command::Elect { args, conn } => {
+            let (args, value) = args.into_run();
+            (Cmd::Run(args, Some(value)), conn.or(before))
+        }
+        Command::Leader {
+            name,
+            json,
+            watch,
+            conn,
+        } => (Cmd::Leader(name, json, watch), conn.or(before)),
         Command::Status { name, json, conn } => (Cmd::Status(name, json), conn.or(before)),
         Command::List { pattern, json, conn } => (Cmd::List(pattern, json), conn.or(before)),
         Command::Unlock { name, conn, .. } => (Cmd::Unlock(name), conn.or(before)),
@@ -386,7 +469,8 @@ async fn dispatch(cli: Cli) -> i32 {
         Err(code) => return code,
     };
     match command {
-        Cmd::Run(args) => run::run(&ctx, args).await,
+        Cmd::Run(args, campaign) => run::run(&ctx, args, campaign).await,
+        Cmd::Leader(name, json, watch) => inspect::leader(&ctx, &name, json, watch).await,
         Cmd::Status(name, json) => inspect::status(&ctx, &name, json).await,
         Cmd::List(pattern, json) => inspect::list(&ctx, &pattern, json).await,
         Cmd::Unlock(name) => inspect::force_unlock(&ctx, &name).await,
@@ -396,7 +480,9 @@ async fn dispatch(cli: Cli) -> i32 {
 
 /// A command that connects, its connection options taken apart.
 enum Cmd {
-    Run(RunArgs),
+    /// A run, or with a value to proclaim, an election's.
+    Run(RunArgs, Option<String>),
+    Leader(String, bool, bool),
     Status(String, bool),
     List(String, bool),
     Unlock(String),

@@ -39,6 +39,8 @@ enum Held {
     One(LockGuard),
     Permit(lockwarden::Permit),
     Many(lockwarden::MultiGuard),
+    /// An election's leadership (`lockwarden elect`).
+    Leader(lockwarden::Leadership),
 }
 
 impl Held {
@@ -47,6 +49,7 @@ impl Held {
     fn token(&self) -> String {
         match self {
             Held::One(g) => g.token().to_string(),
+            Held::Leader(l) => l.term().to_string(),
             Held::Permit(_) => String::new(),
             Held::Many(g) => g
                 .tokens()
@@ -60,6 +63,7 @@ impl Held {
     fn validity(&self) -> Duration {
         match self {
             Held::One(g) => g.validity(),
+            Held::Leader(l) => l.validity(),
             Held::Permit(p) => p.validity(),
             Held::Many(g) => g.validity(),
         }
@@ -72,13 +76,14 @@ impl Held {
     fn awaits_own_lease(&self) -> bool {
         match self {
             Held::One(g) => g.is_extension_pending() && !g.is_at_risk(),
-            Held::Permit(_) | Held::Many(_) => false,
+            Held::Permit(_) | Held::Many(_) | Held::Leader(_) => false,
         }
     }
 
     fn loss_reason(&self) -> Option<LossReason> {
         match self {
             Held::One(g) => g.loss_reason(),
+            Held::Leader(l) => l.loss_reason(),
             Held::Permit(p) => p.loss_reason(),
             Held::Many(g) => g.loss_reason(),
         }
@@ -87,6 +92,7 @@ impl Held {
     async fn lost(&self) -> LossReason {
         match self {
             Held::One(g) => g.lost().await,
+            Held::Leader(l) => l.lost().await,
             Held::Permit(p) => p.lost().await,
             Held::Many(g) => g.lost().await,
         }
@@ -95,6 +101,7 @@ impl Held {
     async fn unlock(self) -> lockwarden::Result<()> {
         match self {
             Held::One(g) => g.unlock().await,
+            Held::Leader(l) => l.resign().await,
             Held::Permit(p) => p.release().await,
             Held::Many(g) => g.unlock().await,
         }
@@ -227,7 +234,9 @@ async fn stop_group(child: &mut tokio::process::Child, group: Group, grace: Dura
         .await;
 }
 
-pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
+/// `lockwarden run`, or with `campaign` (the value to proclaim)
+/// `lockwarden elect`: the same run under the election's leadership.
+pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
     let (stop_before, kill_grace) = match check_grace(&args) {
         Ok(d) => d,
         Err(why) => {
@@ -268,9 +277,20 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
     }
     let joined = args.names.join(" ");
     let name = &joined;
+    let what = match campaign {
+        Some(_) => format!("leadership of {name:?}"),
+        None => format!("lock {name:?}"),
+    };
     let lease = args.lease.map_or(Lease::Watchdog, Lease::Fixed);
     let acquire = async {
         let first = &args.names[0];
+        if let Some(value) = campaign {
+            let election = client.election(first)?;
+            return match args.wait {
+                None => election.campaign(value).await.map(|l| Some(Held::Leader(l))),
+                Some(wait) => election.try_campaign(value, wait).await.map(|l| l.map(Held::Leader)),
+            };
+        }
         if args.names.len() > 1 {
             let multi = client.multi_lock(&args.names)?;
             return match args.wait {
@@ -308,13 +328,13 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
             Ok(Some(g)) => g,
             Ok(None) => {
                 let waited = args.wait.map(humantime::format_duration).map(|d| d.to_string()).unwrap_or_default();
-                eprintln!("lockwarden: lock {name:?} not acquired within {waited}");
+                eprintln!("lockwarden: {what} not acquired within {waited}");
                 return EX_TEMPFAIL;
             }
             Err(e @ (lockwarden::Error::InvalidName { .. } | lockwarden::Error::Config(_))) => {
-                return fail(&format!("lock {name:?}"), &e)
+                return fail(&what, &e)
             }
-            Err(e) => return fail(&format!("acquiring lock {name:?}"), &e),
+            Err(e) => return fail(&format!("acquiring {what}"), &e),
         },
         sig = signals.recv() => return 128 + sig,
     };
@@ -327,6 +347,24 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
         .env("LOCKWARDEN_TOKEN", guard.token());
     if let Held::Permit(p) = &guard {
         command.env("LOCKWARDEN_PERMIT", p.id());
+    }
+    // CMD is killed when lockwarden dies (SIGKILL, a crash): nothing else
+    // would stop it before the lock runs out and another holder starts.
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: between fork and exec the closure makes only
+        // async-signal-safe calls (prctl, getppid, _exit).
+        unsafe {
+            command.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                // lockwarden died before the line above took effect.
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(EX_SOFTWARE);
+                }
+                Ok(())
+            });
+        }
     }
     let mut child = match command
         // Its own process group: everything it starts can be stopped with it.
@@ -398,25 +436,25 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
             let released = guard.unlock().await;
             match (known, released) {
                 (Some(reason), _) => {
-                    eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason})");
+                    eprintln!("lockwarden: {what} lost while the command ran ({reason})");
                     EX_SOFTWARE
                 }
                 (None, Err(lockwarden::Error::NotHeld { .. })) => {
                     eprintln!(
-                        "lockwarden: lock {name:?} lost while the command ran (the release found it no longer \
+                        "lockwarden: {what} lost while the command ran (the release found it no longer \
                          held: force-unlocked, flushed or expired)"
                     );
                     EX_SOFTWARE
                 }
                 (None, Err(e)) => {
-                    eprintln!("lockwarden: releasing lock {name:?}: {e}");
+                    eprintln!("lockwarden: releasing {what}: {e}");
                     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
                 }
                 (None, Ok(())) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
             }
         }
         Outcome::Lost(reason) => {
-            eprintln!("lockwarden: lock {name:?} lost while the command ran ({reason}); stopped the command");
+            eprintln!("lockwarden: {what} lost while the command ran ({reason}); stopped the command");
             stop_group(&mut child, group, kill_grace).await;
             // Release whatever is left of the hold (normally gone); Redis
             // may not be answering, and the lease ends it anyway.
@@ -425,7 +463,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> i32 {
         }
         Outcome::AtRisk(left) => {
             eprintln!(
-                "lockwarden: lock {name:?} at risk (renewals not confirmed, {} of validity left); stopped the \
+                "lockwarden: {what} at risk (renewals not confirmed, {} of validity left); stopped the \
                  command before the lock could run out",
                 humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
             );
