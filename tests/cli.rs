@@ -1244,3 +1244,75 @@ fn the_command_names_a_redisson_holder_and_does_not_take_its_name() {
         assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "{name}");
     }
 }
+
+/// `lockwarden elect` runs its command only while leading and `leader`
+/// prints who leads: a second campaign waits; when the leading
+/// `lockwarden` is killed (SIGKILL), its command dies with it, so it is
+/// gone before the next leader's command starts (after the lease); a
+/// watcher prints each leader in turn; with nobody leading, `leader`
+/// exits 75.
+#[test]
+fn elect_runs_the_command_of_one_leader_at_a_time_and_leader_prints_it() {
+    let server = RedisServer::start();
+    let dir = tempdir("elect");
+    let d = dir.display();
+    let mut a = cli(&server);
+    a.args(["elect", "e", "--watchdog-lease", "2s", "--value", "A", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $$ > {d}/a.tmp; mv {d}/a.tmp {d}/a; exec sleep 60"),
+        ]);
+    let mut a = a.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    assert!(
+        eventually_sync(T, || dir.join("a").exists()),
+        "the first leader's command did not start"
+    );
+    let mut l = cli(&server);
+    l.args(["leader", "e"]);
+    let o = run(l, T);
+    assert_eq!(
+        (code(&o), String::from_utf8_lossy(&o.stdout).trim()),
+        (0, "A"),
+        "{}",
+        stderr(&o)
+    );
+    let mut l = cli(&server);
+    l.args(["leader", "e", "--json"]);
+    let first = json_lines(&run(l, T)).remove(0);
+    assert_eq!(first["value"], "A");
+    let term_a = first["term"].as_u64().unwrap();
+    let mut w = cli(&server);
+    w.args(["leader", "e", "--watch"]);
+    let watcher = w.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // The next leader's command: is the first one's still alive (a zombie
+    // counts as gone)?
+    let check = format!(
+        "s=$(cut -d' ' -f3 /proc/$(cat {d}/a)/stat 2>/dev/null); \
+         if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo alive > {d}/overlap; fi; echo $LOCKWARDEN_TOKEN > {d}/b"
+    );
+    let mut b = cli(&server);
+    b.args(["elect", "e", "--value", "B", "--wait", "20s", "--", "sh", "-c", &check]);
+    let b = b.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !dir.join("b").exists(),
+        "a second leader's command ran while the first led"
+    );
+    unsafe { libc::kill(a.id() as i32, libc::SIGKILL) };
+    let _ = a.wait();
+    let o = wait(b, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!dir.join("overlap").exists(), "the killed leader's command outlived it");
+    let term_b: u64 = std::fs::read_to_string(dir.join("b")).unwrap().trim().parse().unwrap();
+    assert!(term_b > term_a, "{term_b} after {term_a}");
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
+    let o = wait(watcher, T);
+    let lines: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect();
+    assert_eq!(lines, ["A", "B"], "the watcher's lines");
+    let mut l = cli(&server);
+    l.args(["leader", "e"]);
+    let o = run(l, T);
+    assert_eq!(code(&o), 75, "no leader: {}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -337,7 +337,7 @@ fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 const EXIT_STATUS_AND_ENVIRONMENT: &str = r#".SH "EXIT STATUS"
 .TP
 \fBCMD's status\fR
-\fBrun\fR: CMD ran and exited (128 + N when killed by signal N; 127 when CMD was not found).
+\fBrun\fR, \fBelect\fR: CMD ran and exited (128 + N when killed by signal N; 127 when CMD was not found).
 .TP
 \fB0\fR
 The other commands: done.
@@ -352,7 +352,7 @@ Redis unreachable or refusing (or replicas and disks not confirming) for the who
 \fBrun\fR: the lock was lost, or at risk, while CMD ran (CMD was stopped), or was found lost when CMD ended.
 .TP
 \fB75\fR
-\fBrun\fR: not acquired within \fB--wait\fR, or the name is held by a Redisson client.
+\fBrun\fR, \fBelect\fR: not acquired within \fB--wait\fR, or the name is held by a Redisson client; \fBleader\fR: nobody leads.
 .TP
 \fB128 + N\fR
 \fBrun\fR: lockwarden got signal N while still waiting for the lock.
@@ -362,7 +362,7 @@ Redis unreachable or refusing (or replicas and disks not confirming) for the who
 The Redis URLs (comma-separated) when no \fB--redis\fR is given.
 .TP
 \fBLOCKWARDEN_LOCK\fR, \fBLOCKWARDEN_TOKEN\fR, \fBLOCKWARDEN_PERMIT\fR
-Set by \fBrun\fR for CMD: the lock's name (several names: the first), its fencing token, a semaphore permit's id.
+Set by \fBrun\fR for CMD: the lock's name (several names: the first), its fencing token, a semaphore permit's id; by \fBelect\fR: the election's name and the leadership's term.
 "#;
 
 /// Parses `500ms`, `10s`, `2m`, `1h 30m`.
