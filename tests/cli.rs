@@ -1316,3 +1316,56 @@ fn elect_runs_the_command_of_one_leader_at_a_time_and_leader_prints_it() {
     assert_eq!(code(&o), 75, "no leader: {}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A leading `lockwarden elect` that is paused (SIGSTOP) cannot stop its
+/// command itself; its keeper does, before the lease ends: the next
+/// leader's command starts only after the paused one's is gone. Resumed,
+/// the paused run finds its leadership lost and exits 70.
+#[test]
+fn a_paused_leaders_command_is_stopped_before_the_next_leaders_starts() {
+    let server = RedisServer::start();
+    let dir = tempdir("elect-paused");
+    let d = dir.display();
+    let mut a = cli(&server);
+    a.args([
+        "elect",
+        "p",
+        "--watchdog-lease",
+        "2s",
+        "--kill-grace",
+        "300ms",
+        "--value",
+        "A",
+        "--",
+    ])
+    .args([
+        "sh",
+        "-c",
+        &format!("echo $$ > {d}/a.tmp; mv {d}/a.tmp {d}/a; exec sleep 60"),
+    ]);
+    let a = a.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(
+        eventually_sync(T, || dir.join("a").exists()),
+        "the first leader's command did not start"
+    );
+    // SAFETY: kill(2) on our own child with a valid signal.
+    unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) };
+    let check = format!(
+        "s=$(cut -d' ' -f3 /proc/$(cat {d}/a)/stat 2>/dev/null); \
+         if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo alive > {d}/overlap; fi; touch {d}/b"
+    );
+    let mut b = cli(&server);
+    b.args(["elect", "p", "--value", "B", "--wait", "20s", "--", "sh", "-c", &check]);
+    let o = run(b, T);
+    // SAFETY: as above.
+    unsafe { libc::kill(a.id() as i32, libc::SIGCONT) };
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(dir.join("b").exists());
+    assert!(
+        !dir.join("overlap").exists(),
+        "the paused leader's command still ran when the next one started"
+    );
+    let o = wait(a, T);
+    assert_eq!(code(&o), 70, "the resumed leader: {}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use lockwarden::{Lease, LockGuard, LossReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::keeper::{monotonic_ms, Keeper, Note};
 use crate::{fail, Ctx, RunArgs, EX_SOFTWARE, EX_TEMPFAIL};
 
 struct Signals {
@@ -383,11 +384,29 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
         }
     };
     let group = Group(child.id().map_or(0, |p| p as libc::pid_t));
+    // Stops CMD's group in time should this process stop running (paused)
+    // or die; told the time to do it at every look at the validity.
+    let mut keeper = Keeper::start(group.0, kill_grace);
+    let mut notes = tokio::time::interval((args.watchdog_lease / 10).min(Duration::from_secs(1)));
+    notes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let outcome = loop {
         // Termination must start this long before the validity ends; the
         // watchdog moves the validity forward while renewals get through.
         let left = guard.validity();
+        if let Some(k) = keeper.as_mut() {
+            // A short first lease awaiting its own: the keeper stops the
+            // group at its end, the parent checks sooner (below).
+            // Half the margin after this process would start (it is the
+            // fallback, not a rival): SIGKILL still lands half the margin
+            // before the validity ends.
+            let room = if guard.awaits_own_lease() && left <= stop_before {
+                left
+            } else {
+                left.saturating_sub(stop_before - (stop_before - kill_grace) / 2)
+            };
+            k.note(Note::StopAt(monotonic_ms() + room.as_millis() as u64));
+        }
         // A fair lock's direct grant starts on a short lease that its own
         // replaces a third of the way in: look again soon rather than stop
         // a command whose lock is healthy (a failed extension puts the
@@ -417,6 +436,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
                 }
             }
             sig = signals.recv() => group.signal(sig),
+            // The keeper hears of the validity again (at the loop's top).
+            _ = notes.tick() => {}
         }
     };
     match outcome {
@@ -432,6 +453,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             // force-unlocked or flushed since the last renewal), means the
             // command may have run unprotected: a script must be able to
             // tell, whatever the command returned.
+            if let Some(k) = keeper.take() {
+                k.finish();
+            }
             let known = guard.loss_reason();
             let released = guard.unlock().await;
             match (known, released) {
@@ -456,6 +480,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
         Outcome::Lost(reason) => {
             eprintln!("lockwarden: {what} lost while the command ran ({reason}); stopped the command");
             stop_group(&mut child, group, kill_grace).await;
+            if let Some(k) = keeper.take() {
+                k.finish();
+            }
             // Release whatever is left of the hold (normally gone); Redis
             // may not be answering, and the lease ends it anyway.
             let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
@@ -472,6 +499,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             // lease).
             let grace = kill_grace.min(left.saturating_sub(stop_before - kill_grace));
             stop_group(&mut child, group, grace).await;
+            if let Some(k) = keeper.take() {
+                k.finish();
+            }
             let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
             EX_SOFTWARE
         }
