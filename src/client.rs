@@ -571,6 +571,25 @@ impl Client {
         Ok(crate::election::Election::new(self.inner.clone(), names))
     }
 
+    /// A handle on the count-down latch `name` (see
+    /// [`CountDownLatch`](crate::CountDownLatch)). Creating it talks to no
+    /// server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`]; [`Error::Config`] on a client over a quorum of
+    /// independent masters (a count has no majority rule there).
+    pub fn count_down_latch(&self, name: &str) -> Result<crate::latch::CountDownLatch> {
+        if self.inner.members.len() > 1 {
+            return Err(Error::Config(format!(
+                "count-down latch {name:?}: not available over a quorum of independent masters (a count has no \
+                 majority rule); use one server, Sentinel or Cluster"
+            )));
+        }
+        let names = Names::new(&self.inner.settings.prefix, name)?;
+        Ok(crate::latch::CountDownLatch::new(self.inner.clone(), names))
+    }
+
     /// Snapshots of every lock under this client's key prefix whose name
     /// matches the Redis-style glob `pattern` (`*`, `?`), of every kind:
     /// found through their fencing-token keys (every lock whose write side

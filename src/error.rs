@@ -64,6 +64,16 @@ pub enum Error {
         /// lock".
         found: String,
     },
+    /// A count-down latch has no count: it was never set, it was deleted,
+    /// or its key was lost (FLUSHALL, eviction, a restart without
+    /// persistence) while it counted. A waiter that saw it counting gets
+    /// this rather than being let through: a lost count is never taken for
+    /// zero. Nothing was changed in Redis.
+    #[error("count-down latch {name:?} has no count (never set, deleted, or its key was lost while it counted): it is not taken for zero; set it again with try_set_count")]
+    LatchGone {
+        /// The latch's name.
+        name: String,
+    },
     /// The lock name cannot be used.
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
@@ -265,6 +275,7 @@ impl Error {
                 "fair" => "fair lock",
                 "rw" => "read-write lock",
                 "semaphore" => "semaphore",
+                "latch" => "count-down latch",
                 other => other,
             };
             return Error::WrongKind {

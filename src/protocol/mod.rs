@@ -92,6 +92,7 @@ macro_rules! lua {
 
 pub(crate) mod election;
 mod fair;
+pub(crate) mod latch;
 mod redisson;
 mod reentrant;
 mod rw;
@@ -374,6 +375,7 @@ pub(crate) fn all_scripts() -> Vec<&'static Script> {
         all.extend(kind.scripts());
     }
     all.extend(election::scripts());
+    all.extend(latch::scripts());
     all
 }
 
