@@ -4,10 +4,13 @@
 --          ':' .. permit id -> its lease deadline (server ms); ':wait' when
 --          a listening waiter was refused (see shared_rw.lua: the same
 --          snapshot, where every holder is a "reader" with its own lease)
+-- KEYS[2]  the number of permits stored with the semaphore (a string; when
+--          it is there, it is the number, whatever ARGV[3] says)
 -- ARGV[1]  the permit id "<client-uuid>:p<n>:r" (unique per acquisition,
 --          so the acquisition is its own replay record)
 -- ARGV[2]  permits to take (>= 1)
--- ARGV[3]  the semaphore's number of permits, as the caller knows it
+-- ARGV[3]  the semaphore's number of permits, as the caller's handle has
+--          it (used while none is stored at KEYS[2])
 -- ARGV[4]  lease in ms (> 0)
 -- ARGV[5]  "0" when the caller only tries, anything else when it waits
 --          (listening on the channel) if refused; "2" also says other
@@ -21,7 +24,7 @@
 --                  same acquisition is refused while that grant stands)
 --   {0, ms}        not enough permits free: ms until the first holder's
 --                  lease ends (when permits may come back without a release)
---   error "WRONGTYPE <type> 1", or the server's own refusal
+--   error "WRONGTYPE <type> <i>" (KEYS[i]), or the server's own refusal
 --   error "WRONGKIND <kind>" / "WRONGTYPE foreign-hash 1" when KEYS[1] is
 --                  another kind's lock or a hash lockwarden did not write
 --                  (wrong_kind, shared.lua); nothing changed
@@ -29,11 +32,18 @@
 -- Side effects: holders whose lease passed are removed first (their
 -- permits are free again). A grant writes the id with its permits and
 -- deadline and keeps the hash's TTL at least its lease. Permits in use
--- never exceed ARGV[3] by a grant: a holder of more (the number was
+-- never exceed the number (KEYS[2], else ARGV[3]) by a grant: a holder of more (the number was
 -- lowered) keeps them, and nothing more is granted until the use fits.
 
 local now = now_ms()
 local me, take, total, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local stored = redis.pcall('GET', KEYS[2])
+if type(stored) == 'table' and stored.err then return refused(stored, 2) end
+if stored then
+  total = tonumber(stored)
+  -- A string that is not a number is no number of ours: left alone.
+  if not total then return redis.error_reply('WRONGTYPE string 2') end
+end
 local s, refusal = snapshot(now, 'semaphore')
 if not s then return refusal end
 if s.f[me] then

@@ -15,6 +15,7 @@
 //! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
 //! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<wake-id>` (`<client-uuid>:w<n>`, or the owner field with a quorum) |
+//! | semaphore: the number of permits stored with it (string) | `lockwarden:{PN}:permits` |
 //! | election: leader changes (channel) | `lockwarden:{PN}:leader` |
 //! | election: the log of proclaimed leaders (stream) | `lockwarden:{PN}:leaders` |
 //!
@@ -67,6 +68,9 @@ pub(crate) struct Names {
     pub asks: Str,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: Str,
+    /// Semaphore: the number of permits stored with it (a string), which
+    /// every handle counts against when it is there.
+    pub permits: Str,
 }
 
 /// Whether a field of a lock hash is an owner's (a hold's reentry count):
@@ -121,6 +125,7 @@ impl Names {
             timeouts: format!("{base}:timeouts").into(),
             asks: format!("{base}:asks").into(),
             wake_prefix: format!("{base}:wake:").into(),
+            permits: format!("{base}:permits").into(),
         })
     }
 }

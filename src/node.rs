@@ -673,20 +673,6 @@ impl Node {
         self.call(call, self.command_timeout).await
     }
 
-    /// A semaphore's free permits out of `total` (holders whose lease
-    /// passed count as gone).
-    pub(crate) async fn available_permits(&self, keys: &crate::keys::Names, total: u32) -> Result<u64> {
-        let reply: i64 = self
-            .run(
-                &crate::protocol::SEM_AVAILABLE,
-                &[&keys.lock],
-                vec![(total as i64).into()],
-                self.command_timeout,
-            )
-            .await?;
-        Ok(reply.max(0) as u64)
-    }
-
     /// Whether this connection's ACL user may publish on `channel`: one
     /// PUBLISH that nobody hears (no lock has the channel's name). `Ok(false)`
     /// only for a NOPERM refusal; other failures are errors.

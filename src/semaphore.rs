@@ -24,12 +24,16 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// - Permits in use never exceed the number: every grant checks it in one
 ///   script, and each acquisition has an id of its own, so a re-sent
 ///   request finds its grant instead of taking more.
-/// - The number of permits belongs to the handle: every acquisition counts
-///   against the number of the handle it goes through. Lowering it (a
-///   handle made with a smaller number) takes nothing from current holders;
-///   new acquisitions through that handle wait until the permits in use
-///   fit it. Raising it lets waiters in at once (at their next attempt).
-///   Use one number per name unless you mean to change it.
+/// - The number of permits: a number stored with the semaphore
+///   ([`try_set_permits`](Semaphore::try_set_permits),
+///   [`add_permits`](Semaphore::add_permits), as Redisson's) is the number
+///   for every handle; while none is stored, each acquisition counts
+///   against the number of the handle it goes through. Lowering the number
+///   takes nothing from current holders; new acquisitions wait until the
+///   permits in use fit it. Raising it (a stored number) wakes the
+///   waiters. The stored number has no TTL; lost (a `FLUSHALL`), the
+///   handles' numbers apply again. One acquisition never takes more than
+///   its handle's number.
 /// - Waiters wake on the release message (published when a waiter listens),
 ///   bounded by the first holder's lease: no polling.
 /// - One master only (one server, Sentinel, Cluster): over independent
@@ -143,7 +147,182 @@ impl Semaphore {
     ///
     /// Cancel safe: it only reads.
     pub async fn available_permits(&self) -> Result<u64> {
-        self.core.first().available_permits(&self.keys, self.permits).await
+        Ok(self.counts().await?[0])
+    }
+
+    /// The permits held now (holders whose lease passed count as gone).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::available_permits`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn acquired_permits(&self) -> Result<u64> {
+        Ok(self.counts().await?[1])
+    }
+
+    /// The number of permits in force: the one stored with the semaphore,
+    /// else this handle's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::available_permits`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn total_permits(&self) -> Result<u64> {
+        Ok(self.counts().await?[2])
+    }
+
+    /// `[free, in use, number]`.
+    async fn counts(&self) -> Result<[u64; 3]> {
+        let r: Vec<i64> = self
+            .core
+            .first()
+            .run_call(|_| crate::protocol::semaphore::available(&self.keys, self.permits))
+            .await?;
+        let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
+        Ok([at(0), at(1), at(2)])
+    }
+
+    async fn number(&self, what: crate::protocol::semaphore::Number) -> Result<(bool, u64)> {
+        let r: Vec<i64> = self
+            .core
+            .first()
+            .run_call(|env| crate::protocol::semaphore::number(&self.keys, what, self.permits, env))
+            .await?;
+        Ok((r.first() == Some(&1), r.get(1).copied().unwrap_or(0).max(0) as u64))
+    }
+
+    /// Stores `permits` as the semaphore's number, for every handle, unless
+    /// one is stored already (Redisson's `trySetPermits`): `Ok(false)` then,
+    /// and nothing changes. A number above the one in force wakes waiters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the number's key holds something else;
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, it may or may not have stored the number (calling again
+    /// cannot store it twice).
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        Ok(self.number(crate::protocol::semaphore::Number::Set(permits)).await?.0)
+    }
+
+    /// Adds `delta` (negative: removes) to the number stored with the
+    /// semaphore, or to this handle's number while none is stored (storing
+    /// the result), and returns the new number. Raising it wakes waiters;
+    /// lowering it takes nothing from holders.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when the number would go below zero (nothing
+    /// changes); as [`Semaphore::try_set_permits`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not idempotent: dropped, the change may or may not have been made,
+    /// and calling again may add twice. Read
+    /// [`Semaphore::total_permits`] when that matters.
+    pub async fn add_permits(&self, delta: i64) -> Result<u64> {
+        match self.number(crate::protocol::semaphore::Number::Add(delta)).await? {
+            (true, n) => Ok(n),
+            (false, n) => Err(Error::Config(format!(
+                "semaphore {:?} has {n} permits: adding {delta} would leave fewer than none",
+                self.keys.name
+            ))),
+        }
+    }
+
+    /// Takes every permit free now, in one acquisition with `lease` (the
+    /// watchdog's or a fixed one), without waiting; `Ok(None)` when none
+    /// is free. Its [`Permit::permits`] says how many it got.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`].
+    pub async fn drain_permits(&self, lease: impl Into<Lease>) -> Result<Option<Permit>> {
+        let lease = lease.into();
+        // Others may take some between the count and the take: count again.
+        for _ in 0..16 {
+            let free = self.available_permits().await?;
+            if free == 0 {
+                return Ok(None);
+            }
+            let n = u32::try_from(free).unwrap_or(u32::MAX);
+            if let Some(p) = self.take_unchecked(n, Some(Duration::ZERO), lease).await? {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives back the permits of the acquisition `id` (a [`Permit::id`],
+    /// or the `LOCKWARDEN_PERMIT` of a `lockwarden run --permits`
+    /// command), from any process; the holder finds them lost at its next
+    /// renewal, or its release answers [`Error::NotHeld`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when no acquisition of that id holds permits
+    /// (released, expired, or not a permit id of this semaphore); Redis
+    /// errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the permits may or may not have been given back (calling
+    /// again cannot give back twice).
+    pub async fn release_by_id(&self, id: &str) -> Result<()> {
+        let not_held = || Error::NotHeld {
+            name: self.keys.name.clone(),
+        };
+        // Only a permit id: `<client-uuid>:p<n>:r`.
+        let permit = id
+            .strip_suffix(crate::keys::READ_SUFFIX)
+            .and_then(|b| b.rsplit_once(":p"))
+            .is_some_and(|(client, n)| !client.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !permit {
+            return Err(not_held());
+        }
+        let r: i64 = self
+            .core
+            .first()
+            .run_call(|env| crate::protocol::semaphore::release_by_id(&self.keys, id, env))
+            .await?;
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(not_held())
+        }
+    }
+
+    /// Takes one permit with `lease` (the watchdog's, or a fixed one, never
+    /// renewed), waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`]; [`Error::InvalidDuration`] for a fixed
+    /// lease below [`MIN_LEASE`](crate::MIN_LEASE) or above 30 days.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`].
+    pub async fn acquire_with_lease(&self, lease: impl Into<Lease>) -> Result<Permit> {
+        match self.take(1, None, lease.into()).await? {
+            Some(p) => Ok(p),
+            None => Err(Error::Config(
+                "an unbounded wait ended without a permit (a lockwarden bug)".into(),
+            )),
+        }
     }
 
     async fn take(&self, n: u32, wait: Option<Duration>, lease: Lease) -> Result<Option<Permit>> {
@@ -153,6 +332,12 @@ impl Semaphore {
                 self.keys.name, self.permits
             )));
         }
+        self.take_unchecked(n, wait, lease).await
+    }
+
+    /// [`Semaphore::take`] of any number (drain takes what is free, which
+    /// a stored number may put above the handle's).
+    async fn take_unchecked(&self, n: u32, wait: Option<Duration>, lease: Lease) -> Result<Option<Permit>> {
         let kind = Kind::Permits {
             total: self.permits,
             take: n,
@@ -185,6 +370,12 @@ impl Permit {
     /// How many permits this holds.
     pub fn permits(&self) -> u32 {
         self.n
+    }
+
+    /// The lease the permits were taken with (the watchdog's, or a fixed
+    /// one).
+    pub fn lease(&self) -> Lease {
+        self.guard.lease()
     }
 
     /// The permit id, its field in the semaphore's hash.

@@ -897,6 +897,84 @@ async fn one_name_is_one_kind_in_every_direction() {
     .await
 }
 
+/// The primitives beside the lock kinds: a count-down latch and every
+/// lock kind never share a name, in either direction, and nothing of the
+/// one holding it changes; an election (its leader holds the name's
+/// reentrant lock) refuses a name another kind holds; a latch refuses a
+/// hash some other program wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn latches_elections_and_lock_kinds_never_share_a_name() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let b = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let name = "prim";
+        let latch = b.count_down_latch(name).unwrap();
+        for k in [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit] {
+            let held = take(&a, k, name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let before = server.cmd(&["HGETALL", name]).strings();
+            let kind_of = |r: lockwarden::Result<_>| match r {
+                Err(Error::WrongKind { found, .. }) => found,
+                Err(e) => format!("{e:?}"),
+                Ok(_) => "accepted".to_string(),
+            };
+            assert_eq!(
+                kind_of(latch.try_set_count(2).await.map(|_| ())),
+                k.found(),
+                "latch over {k:?}"
+            );
+            assert_eq!(
+                kind_of(latch.count_down().await.map(|_| ())),
+                k.found(),
+                "count-down over {k:?}"
+            );
+            assert_eq!(
+                kind_of(latch.delete().await.map(|_| ())),
+                k.found(),
+                "delete over {k:?}"
+            );
+            if k != K::Reentrant {
+                let e = b.election(name).unwrap();
+                assert_eq!(
+                    kind_of(e.try_campaign("v", Duration::ZERO).await.map(|_| ())),
+                    k.found(),
+                    "campaign over {k:?}"
+                );
+                assert_eq!(e.leader().await.unwrap(), None);
+            }
+            assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "{k:?}'s hash changed");
+            assert!(!held.is_lost());
+            held.release().await.unwrap();
+            // The other way: a latch holds the name.
+            assert!(latch.try_set_count(2).await.unwrap());
+            let before = server.cmd(&["HGETALL", name]).strings();
+            for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                match take(&a, k, name, wait, Lease::Watchdog).await {
+                    Err(Error::WrongKind { found, .. }) => assert_eq!(found, "count-down latch", "{k:?}"),
+                    other => panic!("{k:?} over a latch: {other:?}"),
+                }
+            }
+            assert_eq!(
+                server.cmd(&["HGETALL", name]).strings(),
+                before,
+                "{k:?} changed the latch"
+            );
+            assert_eq!(latch.count().await.unwrap(), Some(2));
+            assert!(latch.delete().await.unwrap());
+        }
+        server.cmd(&["HSET", "foreign", "owner", "someone"]);
+        assert!(matches!(
+            b.count_down_latch("foreign").unwrap().try_set_count(1).await,
+            Err(Error::WrongType { .. })
+        ));
+        assert_eq!(server.cmd(&["HGETALL", "foreign"]).strings(), ["owner", "someone"]);
+    })
+    .await;
+}
+
 /// A hash under a lock's name that some other program wrote is never
 /// written by any kind: each reports it as a wrong type, a waiting attempt
 /// included, and `force_unlock` leaves it alone.

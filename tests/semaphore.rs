@@ -254,8 +254,9 @@ async fn a_dropped_acquire_leaves_no_permit() {
     .await
 }
 
-/// The number belongs to the handle: a smaller one takes nothing from
-/// holders and waits for the use to fit; a larger one lets more in.
+/// While no number is stored, the number belongs to the handle: a smaller
+/// one takes nothing from holders and waits for the use to fit; a larger
+/// one lets more in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_number_of_permits() {
     bounded(BOUND, async {
@@ -299,8 +300,21 @@ async fn a_replayed_acquire_or_release_applies_once() {
         let shared = include_str!("../lua/shared.lua").to_string() + include_str!("../lua/shared_rw.lua");
         let acquire = shared.clone() + include_str!("../lua/sem_acquire.lua");
         let release = shared + include_str!("../lua/sem_release.lua");
-        let acq_by =
-            |id: &str, req: &str| server.cmd(&["EVAL", &acquire, "1", "replay", id, "2", "3", "30000", "0", req]);
+        let acq_by = |id: &str, req: &str| {
+            server.cmd(&[
+                "EVAL",
+                &acquire,
+                "2",
+                "replay",
+                "replay-number",
+                id,
+                "2",
+                "3",
+                "30000",
+                "0",
+                req,
+            ])
+        };
         let acq = |id: &str| acq_by(id, "req-1");
         assert_eq!(acq("c:p1:r"), acq("c:p1:r"));
         assert_eq!(held(&server, "replay"), 2, "taken once");
@@ -448,6 +462,131 @@ async fn a_dropped_permit_is_given_back() {
             "renewals stopped"
         );
         assert_eq!(sem.available_permits().await.unwrap(), 2);
+    })
+    .await
+}
+
+/// The number stored with the semaphore (Redisson's verbs): it applies to
+/// every handle; `try_set_permits` stores it once; `add_permits` raises it
+/// (waking a waiter by message, long before the holders' leases end) or
+/// lowers it (taking nothing from holders), never below zero;
+/// `acquired_permits` and `total_permits` read it; a FLUSHALL loses it and
+/// the handles' numbers apply again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_number_stored_with_the_semaphore_applies_to_every_handle() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let two = c.semaphore("stored", 2).unwrap();
+        assert_eq!(two.total_permits().await.unwrap(), 2);
+        assert!(two.try_set_permits(1).await.unwrap());
+        assert!(!two.try_set_permits(4).await.unwrap(), "stored once");
+        assert_eq!(two.total_permits().await.unwrap(), 1);
+        let held = two.acquire().await.unwrap();
+        assert_eq!(two.acquired_permits().await.unwrap(), 1);
+        assert_eq!(two.available_permits().await.unwrap(), 0);
+        assert!(
+            two.try_acquire(Duration::ZERO, None).await.unwrap().is_none(),
+            "the stored 1 applies"
+        );
+        let w = client(&server.url(), LONG).await;
+        let waiter = tokio::spawn(async move {
+            w.semaphore("stored", 2)
+                .unwrap()
+                .acquire()
+                .await
+                .map(|p| (Instant::now(), p))
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished());
+        let raised = Instant::now();
+        assert_eq!(two.add_permits(1).await.unwrap(), 2);
+        let (got_at, p) = waiter.await.unwrap().unwrap();
+        // Woken by the raise's message: the holder's lease is 30 s.
+        assert!(
+            got_at.duration_since(raised) < Duration::from_secs(2),
+            "{:?}",
+            got_at.duration_since(raised)
+        );
+        assert!(matches!(two.add_permits(-3).await, Err(Error::Config(_))));
+        assert_eq!(two.add_permits(-2).await.unwrap(), 0);
+        assert!(!held.is_lost() && !p.is_lost(), "lowering takes nothing from holders");
+        assert_eq!(two.acquired_permits().await.unwrap(), 2);
+        assert_eq!(two.available_permits().await.unwrap(), 0);
+        held.release().await.unwrap();
+        p.release().await.unwrap();
+        assert!(
+            two.try_acquire(Duration::ZERO, None).await.unwrap().is_none(),
+            "zero permits"
+        );
+        server.flushall();
+        assert_eq!(two.total_permits().await.unwrap(), 2, "lost: the handle's number");
+        two.try_acquire(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("the handle's 2")
+            .release()
+            .await
+            .unwrap();
+        server.cmd(&["SET", "lockwarden:{stored}:permits", "x"]);
+        assert!(matches!(
+            two.try_acquire(Duration::ZERO, None).await,
+            Err(Error::WrongType { .. })
+        ));
+        assert!(matches!(two.add_permits(1).await, Err(Error::WrongType { .. })));
+        assert_eq!(server.cmd(&["GET", "lockwarden:{stored}:permits"]).as_str(), Some("x"));
+    })
+    .await
+}
+
+/// `drain_permits` takes every free permit in one acquisition;
+/// `release_by_id` gives back an acquisition by its id from another
+/// client (the holder learns it lost them at its next renewal, and a
+/// waiter gets them); `acquire_with_lease` waits without a bound and keeps
+/// a fixed lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_release_by_id_and_acquire_with_a_lease() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let a = client(&server.url(), lease).await;
+        let b = client(&server.url(), lease).await;
+        let sem = a.semaphore("pool3", 3).unwrap();
+        let one = sem.acquire().await.unwrap();
+        let drained = sem.drain_permits(None).await.unwrap().expect("two were free");
+        assert_eq!(drained.permits(), 2);
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        assert!(sem.drain_permits(None).await.unwrap().is_none());
+        let other = b.semaphore("pool3", 3).unwrap();
+        let waiter = tokio::spawn({
+            let other = other.clone();
+            async move { other.acquire_with_lease(Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        other.release_by_id(&one.id()).await.unwrap();
+        assert!(matches!(
+            other.release_by_id(&one.id()).await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert!(matches!(
+            other.release_by_id("not-a-permit").await,
+            Err(Error::NotHeld { .. })
+        ));
+        let got = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("woken")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.permits(), 1);
+        assert_eq!(got.lease(), lockwarden::Lease::Fixed(Duration::from_secs(5)));
+        let why = tokio::time::timeout(lease, one.lost())
+            .await
+            .expect("the holder is told");
+        assert_eq!(why, lockwarden::LossReason::Gone);
+        assert!(matches!(one.release().await, Err(Error::NotHeld { .. })));
+        drained.release().await.unwrap();
+        got.release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 3);
     })
     .await
 }

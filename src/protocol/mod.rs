@@ -96,9 +96,7 @@ pub(crate) mod latch;
 mod redisson;
 mod reentrant;
 mod rw;
-mod semaphore;
-
-pub(crate) use semaphore::SEM_AVAILABLE;
+pub(crate) mod semaphore;
 
 pub(crate) use fair::worth_an_attempt;
 

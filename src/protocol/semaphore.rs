@@ -1,19 +1,22 @@
-//! The semaphore's calls: `lua/sem_acquire.lua`, `lua/sem_release.lua` and
-//! `lua/sem_available.lua`. The number of permits and how many to take
-//! come with the kind (a `Semaphore` per acquisition); the owner field is the permit id.
+//! The semaphore's calls: `lua/sem_acquire.lua`, `lua/sem_release.lua`,
+//! `lua/sem_available.lua` and `lua/sem_permits.lua`. The handle's number
+//! of permits and how many to take come with the kind (a `Semaphore` per
+//! acquisition); the owner field is the permit id. A number stored with
+//! the semaphore (`Names::permits`) overrides the handle's.
 
 use std::sync::LazyLock;
 
 use super::LockKeys;
 use super::{lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
-use crate::keys::Str;
+use crate::keys::{Names, Str};
 
 static SEM_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "sem_acquire.lua")));
 static SEM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "sem_release.lua")));
-pub(crate) static SEM_AVAILABLE: LazyLock<Script> =
+static SEM_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new("available_permits", lua!("shared.lua", "sem_available.lua")));
+static SEM_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new("permits", lua!("sem_permits.lua")));
 
 /// A semaphore of `total` permits; an acquisition takes `take` of them.
 pub(super) struct Semaphore {
@@ -35,7 +38,7 @@ impl Protocol for Semaphore {
         let (total, take) = (self.total, self.take);
         Call {
             script: &SEM_ACQUIRE,
-            keys: vec![&keys.lock],
+            keys: vec![&keys.lock, &keys.permits],
             args: vec![
                 name(a.owner),
                 (take as i64).into(),
@@ -58,6 +61,58 @@ impl Protocol for Semaphore {
     }
 
     fn scripts(&self) -> Vec<&'static Script> {
-        vec![&SEM_ACQUIRE, &SEM_RELEASE, &SEM_AVAILABLE]
+        vec![&SEM_ACQUIRE, &SEM_RELEASE, &SEM_AVAILABLE, &SEM_PERMITS]
+    }
+}
+
+/// The permits of the semaphore `keys` now, for a handle of `total`:
+/// `[free, in use, number]` (`lua/sem_available.lua`).
+pub(crate) fn available<'a>(keys: &'a Names, total: u32) -> Call<'a> {
+    Call {
+        script: &SEM_AVAILABLE,
+        keys: vec![&keys.lock, &keys.permits],
+        args: vec![(total as i64).into()],
+        first_send: None,
+    }
+}
+
+/// What to do with the number stored with a semaphore.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Number {
+    /// Store it, unless one is stored.
+    Set(u32),
+    /// Add to it (to the handle's number while none is stored).
+    Add(i64),
+}
+
+/// Stores or changes the number (`lua/sem_permits.lua`): replies
+/// `[1, number]` stored, `[0, number]` not.
+pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) -> Call<'a> {
+    let (op, n) = match what {
+        Number::Set(n) => ("set", n as i64),
+        Number::Add(d) => ("add", d),
+    };
+    Call {
+        script: &SEM_PERMITS,
+        keys: vec![&keys.permits],
+        args: vec![
+            lit(op),
+            n.into(),
+            (handle as i64).into(),
+            name(&keys.channel),
+            lit(env.publish),
+        ],
+        first_send: None,
+    }
+}
+
+/// Gives back the permits of the acquisition `id`, whoever holds them
+/// (`lua/sem_release.lua`): replies 0 released, -1 not held.
+pub(crate) fn release_by_id<'a>(keys: &'a Names, id: &str, env: &Env) -> Call<'a> {
+    Call {
+        script: &SEM_RELEASE,
+        keys: vec![&keys.lock, &keys.channel],
+        args: vec![id.into(), lit(env.publish), lit(UNLOCK_MESSAGE)],
+        first_send: None,
     }
 }

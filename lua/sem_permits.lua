@@ -1,0 +1,35 @@
+-- sem_permits: the number of permits stored with a semaphore.
+--
+-- KEYS[1]  the number (a string, no TTL)
+-- ARGV[1]  'set': store ARGV[2] unless a number is stored already
+--          'add': store the stored number (else ARGV[3], the caller's
+--                 handle's number) plus ARGV[2], which may be negative
+-- ARGV[2]  the number to set, or to add
+-- ARGV[3]  the caller's handle's number
+-- ARGV[4]  the semaphore's channel
+-- ARGV[5]  PUBLISH, or SPUBLISH on a cluster
+--
+-- Returns {1, number} stored; {0, number} not stored ('set': one is
+-- stored already; 'add': it would go below zero): nothing is written.
+-- A number that went up publishes '0' on the channel (waiters look
+-- again). Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
+
+local stored = redis.pcall('GET', KEYS[1])
+if type(stored) == 'table' and stored.err then
+  return redis.error_reply('WRONGTYPE ' .. redis.call('TYPE', KEYS[1])['ok'] .. ' 1')
+end
+-- A string that is not a number is no number of ours: left alone.
+if stored and not tonumber(stored) then return redis.error_reply('WRONGTYPE string 1') end
+local now
+if ARGV[1] == 'set' then
+  if stored then return {0, tonumber(stored)} end
+  now = tonumber(ARGV[2])
+else
+  now = tonumber(stored or ARGV[3]) + tonumber(ARGV[2])
+  if now < 0 then return {0, tonumber(stored or ARGV[3])} end
+end
+redis.call('SET', KEYS[1], string.format('%d', now))
+if now > tonumber(stored or ARGV[3]) then
+  redis.call(ARGV[5], ARGV[4], '0')
+end
+return {1, now}
