@@ -4,6 +4,7 @@
 -- KEYS[2]  the number of permits stored with it (a string), if any
 -- ARGV[1]  the caller's handle's number of permits (used while none is
 --          stored)
+-- ARGV[2]  the kind: 'semaphore' or 'fair-semaphore'
 --
 -- Returns {free, in use, number}: the number (KEYS[2], else ARGV[1])
 -- minus the permits of holders whose lease has not ended (server time),
@@ -30,7 +31,7 @@ local all = redis.call('HGETALL', KEYS[1])
 local f = {}
 for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
 if #all > 0 then
-  local other = wrong_kind(f[':kind'] or false, 'semaphore')
+  local other = wrong_kind(f[':kind'] or false, ARGV[2])
   if other then return other end
 end
 local used = 0

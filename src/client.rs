@@ -546,7 +546,30 @@ impl Client {
             )));
         }
         let keys = Names::new(&self.inner.settings.prefix, name)?;
-        Ok(crate::semaphore::Semaphore::new(self.inner.clone(), keys, permits))
+        Ok(crate::semaphore::Semaphore::new(
+            self.inner.clone(),
+            keys,
+            permits,
+            false,
+        ))
+    }
+
+    /// A handle on the fair semaphore `name` with `permits` permits: a
+    /// [`Semaphore`](crate::Semaphore) (same verbs, same expiring permits)
+    /// whose permits go to waiters in the order they asked, none barging
+    /// ahead: waiters queue as the fair lock's do, a release hands the
+    /// permits straight to the head of the queue (one message, no further
+    /// round trip), and a waiter that dies leaves the queue at its waiter
+    /// timeout. One name is one kind: a fair semaphore and a semaphore
+    /// never share a name. Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::semaphore`].
+    pub fn fair_semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
+        let mut s = self.semaphore(name, permits)?;
+        s = crate::semaphore::Semaphore::new(self.inner.clone(), s.into_names(), permits, true);
+        Ok(s)
     }
 
     /// A handle on the election `name`: campaign to lead it, ask who

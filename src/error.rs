@@ -276,6 +276,7 @@ impl Error {
                 "rw" => "read-write lock",
                 "semaphore" => "semaphore",
                 "latch" => "count-down latch",
+                "fair-semaphore" => "fair semaphore",
                 other => other,
             };
             return Error::WrongKind {

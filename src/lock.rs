@@ -63,6 +63,8 @@ pub(crate) enum Kind {
     /// A semaphore of `total` permits, taking `take` of them; each
     /// acquisition's owner field is its own permit id.
     Permits { total: u32, take: u32 },
+    /// A fair semaphore: as `Permits`, served in request order.
+    FairPermits { total: u32, take: u32 },
     /// The reentrant lock in Redisson's layout (the client's
     /// `redisson_compatible`): waiters listen on Redisson's channel.
     Redisson,
@@ -76,6 +78,7 @@ impl Kind {
             Kind::Read => crate::protocol::read(),
             Kind::Write => crate::protocol::write(),
             Kind::Permits { total, take } => crate::protocol::permits(total, take),
+            Kind::FairPermits { total, take } => crate::protocol::fair_permits(total, take),
             Kind::Redisson => crate::protocol::redisson(),
         }
     }
@@ -518,7 +521,7 @@ impl Lock {
                     .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
                 crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t, channel)).await
             }
-            Kind::Fair => {
+            Kind::Fair | Kind::FairPermits { .. } => {
                 let will_wait = wait != Some(Duration::ZERO);
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await

@@ -45,6 +45,8 @@ pub struct Semaphore {
     core: Arc<Core>,
     keys: Names,
     permits: u32,
+    /// A fair semaphore (`Client::fair_semaphore`).
+    fair: bool,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -52,13 +54,29 @@ impl std::fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.keys.name)
             .field("permits", &self.permits)
+            .field("fair", &self.fair)
             .finish()
     }
 }
 
 impl Semaphore {
-    pub(crate) fn new(core: Arc<Core>, keys: Names, permits: u32) -> Semaphore {
-        Semaphore { core, keys, permits }
+    pub(crate) fn new(core: Arc<Core>, keys: Names, permits: u32, fair: bool) -> Semaphore {
+        Semaphore {
+            core,
+            keys,
+            permits,
+            fair,
+        }
+    }
+
+    pub(crate) fn into_names(self) -> Names {
+        self.keys
+    }
+
+    /// Whether this is a fair semaphore (permits granted in request
+    /// order).
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// The semaphore's name.
@@ -182,7 +200,7 @@ impl Semaphore {
         let r: Vec<i64> = self
             .core
             .first()
-            .run_call(|_| crate::protocol::semaphore::available(&self.keys, self.permits))
+            .run_call(|_| crate::protocol::semaphore::available(&self.keys, self.permits, self.fair))
             .await?;
         let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
         Ok([at(0), at(1), at(2)])
@@ -296,7 +314,9 @@ impl Semaphore {
         let r: i64 = self
             .core
             .first()
-            .run_call(|env| crate::protocol::semaphore::release_by_id(&self.keys, id, env))
+            .run_call(|env| {
+                crate::protocol::semaphore::release_by_id(&self.keys, id, self.fair.then_some(self.permits), env)
+            })
             .await?;
         if r == 0 {
             Ok(())
@@ -338,9 +358,11 @@ impl Semaphore {
     /// [`Semaphore::take`] of any number (drain takes what is free, which
     /// a stored number may put above the handle's).
     async fn take_unchecked(&self, n: u32, wait: Option<Duration>, lease: Lease) -> Result<Option<Permit>> {
-        let kind = Kind::Permits {
-            total: self.permits,
-            take: n,
+        let (total, take) = (self.permits, n);
+        let kind = if self.fair {
+            Kind::FairPermits { total, take }
+        } else {
+            Kind::Permits { total, take }
         };
         // Each acquisition is an owner of its own: its id is its field, and
         // the hold's key in the client's registry.

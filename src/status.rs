@@ -45,6 +45,8 @@ pub enum LockKind {
     ReadWrite,
     /// [`Client::semaphore`](crate::Client::semaphore).
     Semaphore,
+    /// [`Client::fair_semaphore`](crate::Client::fair_semaphore).
+    FairSemaphore,
     /// A Redisson client's lock, fenced lock or fair lock (a hash without
     /// lockwarden's `:kind` whose holders' fields are
     /// `<uuid>:<thread id>`): lockwarden's acquires refuse it
@@ -64,6 +66,7 @@ impl LockKind {
             LockKind::Fair => "fair lock",
             LockKind::ReadWrite => "read-write lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::FairSemaphore => "fair semaphore",
             LockKind::Redisson => "Redisson lock",
             LockKind::RedissonReadWrite => "Redisson read-write lock",
         }
@@ -76,6 +79,7 @@ impl LockKind {
             "fair" => LockKind::Fair,
             "rw" => LockKind::ReadWrite,
             "semaphore" => LockKind::Semaphore,
+            "fair-semaphore" => LockKind::FairSemaphore,
             _ => return None,
         })
     }

@@ -22,17 +22,20 @@ enum K {
     Read,
     Write,
     Permit,
+    /// A permit of a fair semaphore (`Client::fair_semaphore`).
+    FairPermit,
     Multi,
     /// The plain lock in Redisson's layout (`Client::redisson_lock`).
     Redisson,
 }
 
-const KINDS: [K; 7] = [
+const KINDS: [K; 8] = [
     K::Reentrant,
     K::Fair,
     K::Read,
     K::Write,
     K::Permit,
+    K::FairPermit,
     K::Multi,
     K::Redisson,
 ];
@@ -51,7 +54,7 @@ impl K {
     /// Whether its holds carry a fresh fencing token (a reader carries the
     /// last writer's; a permit none).
     fn fenced(self) -> bool {
-        !matches!(self, K::Read | K::Permit)
+        !matches!(self, K::Read | K::Permit | K::FairPermit)
     }
 
     /// The name of the kind in `Error::WrongKind`.
@@ -61,6 +64,7 @@ impl K {
             K::Fair => "fair lock",
             K::Read | K::Write => "read-write lock",
             K::Permit => "semaphore",
+            K::FairPermit => "fair semaphore",
             K::Redisson => "Redisson lock",
         }
     }
@@ -70,7 +74,7 @@ impl K {
     /// lock over a quorum or (for now) a cluster. Checked refusing.
     fn refused_on(self, dep: Dep) -> bool {
         match self {
-            K::Permit => dep == Dep::Quorum,
+            K::Permit | K::FairPermit => dep == Dep::Quorum,
             K::Redisson => matches!(dep, Dep::Quorum | Dep::Cluster),
             _ => false,
         }
@@ -156,6 +160,7 @@ async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> loc
         K::Read => c.rw_lock(name)?.read().try_lock(wait, lease).await?.map(Held::G),
         K::Write => c.rw_lock(name)?.write().try_lock(wait, lease).await?.map(Held::G),
         K::Permit => c.semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
+        K::FairPermit => c.fair_semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
         K::Redisson => c.redisson_lock(name)?.try_lock(wait, lease).await?.map(Held::G),
         K::Multi => c
             .multi_lock(&[name.to_string(), second(name)])?
@@ -777,7 +782,7 @@ async fn renewals_never_shorten_an_extended_hold() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let c = quiet_client(&server.url(), Duration::from_millis(1500)).await;
-        for k in [K::Read, K::Write, K::Permit] {
+        for k in [K::Read, K::Write, K::Permit, K::FairPermit] {
             let name = format!("ext-{k:?}");
             let held = take(&c, k, &name, Duration::ZERO, Lease::Watchdog)
                 .await
@@ -825,6 +830,8 @@ macro_rules! every_kind {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn permit() { super::$check(K::Permit).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair_permit() { super::$check(K::FairPermit).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn multi() { super::$check(K::Multi).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn redisson() { super::$check(K::Redisson).await }
@@ -851,7 +858,7 @@ async fn one_name_is_one_kind_in_every_direction() {
         let a = quiet_client(&server.url(), Duration::from_secs(30)).await;
         let b = quiet_client(&server.url(), Duration::from_secs(30)).await;
         let name = "kinds";
-        let kinds = [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit];
+        let kinds = [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit, K::FairPermit];
         for first in kinds {
             let held = take(&a, first, name, Duration::ZERO, Lease::Watchdog)
                 .await
@@ -910,7 +917,7 @@ async fn latches_elections_and_lock_kinds_never_share_a_name() {
         let b = quiet_client(&server.url(), Duration::from_secs(30)).await;
         let name = "prim";
         let latch = b.count_down_latch(name).unwrap();
-        for k in [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit] {
+        for k in [K::Reentrant, K::Fair, K::Read, K::Write, K::Permit, K::FairPermit] {
             let held = take(&a, k, name, Duration::ZERO, Lease::Watchdog)
                 .await
                 .unwrap()
@@ -1139,6 +1146,7 @@ async fn every_kind_is_listed_with_its_kind_while_held() {
             (K::Fair, lockwarden::LockKind::Fair),
             (K::Read, lockwarden::LockKind::ReadWrite),
             (K::Permit, lockwarden::LockKind::Semaphore),
+            (K::FairPermit, lockwarden::LockKind::FairSemaphore),
         ];
         let mut held = Vec::new();
         for (k, _) in want {

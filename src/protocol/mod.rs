@@ -148,6 +148,12 @@ pub(crate) fn permits(total: u32, take: u32) -> Kind {
     Arc::new(semaphore::Semaphore { total, take })
 }
 
+/// A fair semaphore of `total` permits, an acquisition taking `take`:
+/// served in request order, with direct grants.
+pub(crate) fn fair_permits(total: u32, take: u32) -> Kind {
+    Arc::new(semaphore::FairSemaphore { total, take })
+}
+
 /// The scripts whose calls a node may send together in one [`BATCH`]
 /// call, each by its place here: the reentrant lock's acquire and
 /// release, the calls of a client's uncontended locking.
@@ -369,7 +375,14 @@ fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'
 /// Every script of every kind, for SCRIPT LOAD.
 pub(crate) fn all_scripts() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![&RENEW, &FORCE_UNLOCK, &RAISE_TOKEN, &BATCH];
-    for kind in [reentrant(), fair(), write(), permits(1, 1), redisson()] {
+    for kind in [
+        reentrant(),
+        fair(),
+        write(),
+        permits(1, 1),
+        fair_permits(1, 1),
+        redisson(),
+    ] {
         all.extend(kind.scripts());
     }
     all.extend(election::scripts());

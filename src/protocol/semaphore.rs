@@ -16,6 +16,11 @@ static SEM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "sem_release.lua")));
 static SEM_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new("available_permits", lua!("shared.lua", "sem_available.lua")));
+static FSEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "fsem_acquire.lua")));
+static FSEM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "fsem_release.lua")));
+static FSEM_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", lua!("shared.lua", "fsem_leave.lua")));
 static SEM_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new("permits", lua!("sem_permits.lua")));
 
 /// A semaphore of `total` permits; an acquisition takes `take` of them.
@@ -65,13 +70,97 @@ impl Protocol for Semaphore {
     }
 }
 
-/// The permits of the semaphore `keys` now, for a handle of `total`:
-/// `[free, in use, number]` (`lua/sem_available.lua`).
-pub(crate) fn available<'a>(keys: &'a Names, total: u32) -> Call<'a> {
+/// A fair semaphore of `total` permits (the handle's); an acquisition
+/// takes `take`. Its waiters queue as the fair lock's do, and a release
+/// hands the free permits to the head of the queue (`lua/fsem_*.lua`).
+pub(super) struct FairSemaphore {
+    pub(super) total: u32,
+    pub(super) take: u32,
+}
+
+impl Protocol for FairSemaphore {
+    fn label(&self) -> &'static str {
+        "fair_semaphore"
+    }
+
+    /// As the semaphore's (the permit id is its own record), and as the
+    /// fair lock's: a waiting attempt joins the queue, with an ask for
+    /// direct grants when `grant` names its wake id.
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        let ask = match a.grant {
+            Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
+            _ => String::new(),
+        };
+        Call {
+            script: &FSEM_ACQUIRE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, rec, &keys.asks, &keys.permits],
+            args: vec![
+                name(a.owner),
+                (self.take as i64).into(),
+                (self.total as i64).into(),
+                ms(a.lease).into(),
+                ms(env.waiter_timeout).into(),
+                ms(env.record_ttl).into(),
+                lit(if a.waiting.waits() { "wait" } else { "try" }),
+                name(&keys.wake_prefix),
+                lit(env.publish),
+                ask.into(),
+                ms(env.waiter_timeout * 2).into(),
+                a.request.into(),
+            ],
+            first_send: None,
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &FSEM_RELEASE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.asks, &keys.permits],
+            args: vec![
+                name(r.owner),
+                name(&keys.wake_prefix),
+                lit(env.publish),
+                keys.req_prefix.as_str().into(),
+                (self.total as i64).into(),
+            ],
+            first_send: None,
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&FSEM_ACQUIRE, &FSEM_RELEASE, &FSEM_LEAVE]
+    }
+
+    /// The waiter leaves the queue; `rec`: its wait's record, so a grant it
+    /// never learned of is given back.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+        let mut key_list = vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.asks];
+        key_list.extend(rec);
+        Some(Call {
+            script: &FSEM_LEAVE,
+            keys: key_list,
+            args: vec![
+                name(owner),
+                name(&keys.wake_prefix),
+                lit(env.publish),
+                keys.req_prefix.as_str().into(),
+            ],
+            first_send: None,
+        })
+    }
+}
+
+/// The permits of the semaphore `keys` (`fair`: a fair semaphore) now,
+/// for a handle of `total`: `[free, in use, number]`
+/// (`lua/sem_available.lua`).
+pub(crate) fn available<'a>(keys: &'a Names, total: u32, fair: bool) -> Call<'a> {
     Call {
         script: &SEM_AVAILABLE,
         keys: vec![&keys.lock, &keys.permits],
-        args: vec![(total as i64).into()],
+        args: vec![
+            (total as i64).into(),
+            lit(if fair { "fair-semaphore" } else { "semaphore" }),
+        ],
         first_send: None,
     }
 }
@@ -107,12 +196,27 @@ pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) 
 }
 
 /// Gives back the permits of the acquisition `id`, whoever holds them
-/// (`lua/sem_release.lua`): replies 0 released, -1 not held.
-pub(crate) fn release_by_id<'a>(keys: &'a Names, id: &str, env: &Env) -> Call<'a> {
-    Call {
-        script: &SEM_RELEASE,
-        keys: vec![&keys.lock, &keys.channel],
-        args: vec![id.into(), lit(env.publish), lit(UNLOCK_MESSAGE)],
-        first_send: None,
+/// (`lua/sem_release.lua`, or `lua/fsem_release.lua` for a fair semaphore
+/// of a handle of `total`): replies 0 released, -1 not held.
+pub(crate) fn release_by_id<'a>(keys: &'a Names, id: &str, fair: Option<u32>, env: &Env) -> Call<'a> {
+    match fair {
+        None => Call {
+            script: &SEM_RELEASE,
+            keys: vec![&keys.lock, &keys.channel],
+            args: vec![id.into(), lit(env.publish), lit(UNLOCK_MESSAGE)],
+            first_send: None,
+        },
+        Some(total) => Call {
+            script: &FSEM_RELEASE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.asks, &keys.permits],
+            args: vec![
+                id.into(),
+                name(&keys.wake_prefix),
+                lit(env.publish),
+                keys.req_prefix.as_str().into(),
+                (total as i64).into(),
+            ],
+            first_send: None,
+        },
     }
 }
