@@ -436,6 +436,14 @@ impl Permit {
         self.guard.is_at_risk()
     }
 
+    /// Whether the permits came by a fair semaphore's direct grant whose
+    /// own lease is still to be set (see
+    /// [`LockGuard::is_extension_pending`]): a short validity is expected
+    /// then.
+    pub fn is_extension_pending(&self) -> bool {
+        self.guard.is_extension_pending()
+    }
+
     /// Resolves when the permits are at risk, with the validity left then
     /// (see [`LockGuard::at_risk`]).
     ///

@@ -859,21 +859,36 @@ fn permit_runs_are_at_most_n_at_once_and_multi_name_runs_take_all() {
 /// default) is healthy, not at risk, and its command is not stopped.
 #[test]
 fn fair_runs_with_ten_waiters_run_every_command_in_order() {
+    runs_in_queue_order(&["--fair"], 10, "fair-order");
+}
+
+/// `run --fair --permits 1`: the fair semaphore serves its runs in the
+/// order they queued, as the fair lock does.
+#[test]
+fn fair_permit_runs_run_in_queue_order() {
+    runs_in_queue_order(&["--fair", "--permits", "1"], 5, "fair-permits-order");
+}
+
+/// A holder, then `n` waiting runs with `flags` queued one by one: every
+/// command runs, in queue order.
+fn runs_in_queue_order(flags: &[&str], n: i64, tag: &str) {
     let server = RedisServer::start();
-    let dir = tempdir("fair-order");
+    let dir = tempdir(tag);
     let order = dir.join("order");
     let mut holder = cli(&server);
-    holder.args(["run", "job", "--fair", "--", "sleep", "1"]);
+    holder.args(["run", "job"]).args(flags).args(["--", "sleep", "1"]);
     let holder = holder.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     assert!(eventually_sync(Duration::from_secs(10), || server
         .cmd(&["EXISTS", "job"])
         .as_int()
         == Some(1)));
     let mut waiters = Vec::new();
-    for i in 0..10 {
+    for i in 0..n {
         let mut c = cli(&server);
         let script = format!("echo {i} >> {}; sleep 0.3", order.display());
-        c.args(["run", "job", "--fair", "--wait", "60s", "--", "sh", "-c", &script]);
+        c.args(["run", "job"])
+            .args(flags)
+            .args(["--wait", "60s", "--", "sh", "-c", &script]);
         waiters.push(c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
         // Queued before the next one starts: the order is known.
         assert!(
@@ -894,7 +909,7 @@ fn fair_runs_with_ten_waiters_run_every_command_in_order() {
         .lines()
         .map(String::from)
         .collect();
-    let want: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    let want: Vec<String> = (0..n).map(|i| i.to_string()).collect();
     assert_eq!(ran, want, "every command ran, in queue order");
     let _ = std::fs::remove_dir_all(&dir);
 }

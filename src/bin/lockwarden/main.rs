@@ -209,7 +209,8 @@ pub struct RunArgs {
     /// The watchdog lease, renewed every third of it while CMD runs.
     #[arg(long, help_heading = "Lock options", value_name = "D", value_parser = duration, default_value = "30s")]
     pub watchdog_lease: Duration,
-    /// Use the fair (FIFO) lock.
+    /// Use the fair (FIFO) lock; with --permits, the fair semaphore
+    /// (permits in request order).
     #[arg(long, help_heading = "Lock options", conflicts_with_all = ["shared", "exclusive"])]
     pub fair: bool,
     /// Take the read side of the read-write lock NAME: any number of
@@ -223,7 +224,7 @@ pub struct RunArgs {
     pub exclusive: bool,
     /// Take one permit of the semaphore NAME of N permits: at most N such
     /// runs at once. The command sees its permit id in LOCKWARDEN_PERMIT.
-    #[arg(long, help_heading = "Lock options", value_name = "N", conflicts_with_all = ["fair", "shared"])]
+    #[arg(long, help_heading = "Lock options", value_name = "N", conflicts_with_all = ["shared"])]
     pub permits: Option<u32>,
     /// Time between SIGTERM and SIGKILL to CMD's process group when the lock
     /// is lost or at risk. Termination starts this long (plus a margin of a

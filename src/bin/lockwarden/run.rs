@@ -70,14 +70,16 @@ impl Held {
         }
     }
 
-    /// Whether the hold runs on a fair lock's short first lease, healthy,
+    /// Whether the hold runs on a fair lock's (or fair semaphore's) short
+    /// first lease, healthy,
     /// with its own lease still to be set (see
     /// `LockGuard::is_extension_pending`): a validity below the time
     /// needed to stop the command is expected then, not a sign of trouble.
     fn awaits_own_lease(&self) -> bool {
         match self {
             Held::One(g) => g.is_extension_pending() && !g.is_at_risk(),
-            Held::Permit(_) | Held::Many(_) | Held::Leader(_) => false,
+            Held::Permit(p) => p.is_extension_pending() && !p.is_at_risk(),
+            Held::Many(_) | Held::Leader(_) => false,
         }
     }
 
@@ -300,7 +302,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             };
         }
         if let Some(n) = args.permits {
-            let sem = client.semaphore(first, n)?;
+            let sem = if args.fair {
+                client.fair_semaphore(first, n)?
+            } else {
+                client.semaphore(first, n)?
+            };
             return match args.wait {
                 None => sem
                     .try_acquire(lockwarden::MAX_DURATION, lease)
