@@ -7,9 +7,11 @@
 //! semaphore of `P` permits, hold it for `HOLD` and give it back, for
 //! `LOCKWARDEN_SEM_SECS` seconds per row (default 5; `cargo test --benches`
 //! runs half a second). Rows: 4 permits, and 1 permit (a lock's worth, the
-//! reference in the same run). Reports acquisitions/s, the wait (p50, p99,
-//! max), Redis commands per acquisition and the most permits ever held at
-//! once, which must not pass `P`.
+//! reference in the same run), each for the semaphore and the fair
+//! semaphore (`Client::fair_semaphore`). Reports acquisitions/s, the wait
+//! (p50, p99, max), Redis commands per acquisition, the least and the most
+//! acquisitions of one task as a share of the most (1.00: all served
+//! alike) and the most permits ever held at once, which must not pass `P`.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -22,8 +24,8 @@ use common::{percentile_ms, RedisServer};
 const TASKS: usize = 16;
 const HOLD: Duration = Duration::from_micros(500);
 
-async fn row(server: &RedisServer, permits: u32, secs: f64) {
-    let name = format!("sem-bench-{permits}");
+async fn row(server: &RedisServer, permits: u32, fair: bool, secs: f64) {
+    let name = format!("sem-bench-{permits}-{fair}");
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let count = Arc::new(AtomicU64::new(0));
@@ -33,7 +35,11 @@ async fn row(server: &RedisServer, permits: u32, secs: f64) {
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let client = lockwarden::Client::connect(&server.url()).await.unwrap();
-        let sem = client.semaphore(&name, permits).unwrap();
+        let sem = if fair {
+            client.fair_semaphore(&name, permits).unwrap()
+        } else {
+            client.semaphore(&name, permits).unwrap()
+        };
         let (inside, most, count) = (inside.clone(), most.clone(), count.clone());
         tasks.push(tokio::spawn(async move {
             let _client = client;
@@ -55,19 +61,26 @@ async fn row(server: &RedisServer, permits: u32, secs: f64) {
         }));
     }
     let mut waits = Vec::new();
+    let mut shares = Vec::new();
     for t in tasks {
-        waits.extend(t.await.unwrap());
+        let w = t.await.unwrap();
+        shares.push(w.len());
+        waits.extend(w);
     }
+    let fewest = *shares.iter().min().unwrap_or(&0) as f64;
+    let most_of_one = (*shares.iter().max().unwrap_or(&1)).max(1) as f64;
     waits.sort();
     let secs = started.elapsed().as_secs_f64();
     let n = count.load(Ordering::SeqCst).max(1);
     println!(
-        "{permits:>7} {:>10.0} {:>8.2}/{:.2}/{:.2} ms {:>9.1} {:>9}",
+        "{:>5} {permits:>7} {:>10.0} {:>8.2}/{:.2}/{:.2} ms {:>9.1} {:>11.2} {:>9}",
+        if fair { "fair" } else { "plain" },
         n as f64 / secs,
         percentile_ms(&waits, 0.5),
         percentile_ms(&waits, 0.99),
         waits.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
         (server.commands_processed() - before) as f64 / n as f64,
+        fewest / most_of_one,
         most.load(Ordering::SeqCst)
     );
     assert!(
@@ -94,11 +107,13 @@ fn main() {
     rt.block_on(async {
         let server = RedisServer::start();
         println!(
-            "{:>7} {:>10} {:>22} {:>9} {:>9}",
-            "permits", "acq/s", "wait p50/p99/max", "cmds/acq", "most held"
+            "{:>5} {:>7} {:>10} {:>22} {:>9} {:>11} {:>9}",
+            "kind", "permits", "acq/s", "wait p50/p99/max", "cmds/acq", "share min", "most held"
         );
-        for permits in [4, 1] {
-            row(&server, permits, secs).await;
+        for fair in [false, true] {
+            for permits in [4, 1] {
+                row(&server, permits, fair, secs).await;
+            }
         }
     });
 }
