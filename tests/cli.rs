@@ -1384,3 +1384,62 @@ fn a_paused_leaders_command_is_stopped_before_the_next_leaders_starts() {
     assert_eq!(code(&o), 70, "the resumed leader: {}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `lockwarden latch`: set once, counted down from other processes, a
+/// waiter let through at zero, a lost latch never taken for zero (exit
+/// 70); `unlock NAME --permit ID` gives back one permit of a running
+/// command, which then finds its permit lost (exit 70).
+#[test]
+fn latch_and_permit_commands() {
+    let server = RedisServer::start();
+    let latch = |args: &[&str]| {
+        let mut c = cli(&server);
+        c.args(["latch"]).args(args);
+        run(c, T)
+    };
+    assert_eq!(code(&latch(&["l"])), 75, "no latch yet");
+    assert_eq!(code(&latch(&["l", "--set", "2"])), 0);
+    assert_eq!(code(&latch(&["l", "--set", "3"])), 75, "still counting");
+    let mut w = cli(&server);
+    w.args(["latch", "l", "--wait"]);
+    let waiter = w.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = latch(&["l", "--count-down"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
+    assert_eq!(code(&latch(&["l", "--wait", "--timeout", "200ms"])), 75, "not at zero");
+    let o = latch(&["l", "--count-down"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
+    let o = wait(waiter, T);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&latch(&["l"]).stdout).trim(), "0");
+    assert_eq!(code(&latch(&["m", "--set", "1"])), 0);
+    let mut w = cli(&server);
+    w.args(["latch", "m", "--wait"]);
+    let waiter = w.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    server.flushall();
+    let o = wait(waiter, T);
+    assert_eq!(code(&o), 70, "a lost latch: {}", stderr(&o));
+
+    let dir = tempdir("permit-by-id");
+    let mut r = cli(&server);
+    r.args(["run", "s", "--permits", "2", "--watchdog-lease", "2s", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $LOCKWARDEN_PERMIT > {}/id; sleep 30", dir.display()),
+        ]);
+    let running = r.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(eventually_sync(T, || std::fs::read_to_string(dir.join("id"))
+        .is_ok_and(|s| s.ends_with('\n'))));
+    let id = std::fs::read_to_string(dir.join("id")).unwrap().trim().to_string();
+    let mut u = cli(&server);
+    u.args(["unlock", "s", "--permit", &id]);
+    assert_eq!(code(&run(u, T)), 0);
+    let o = wait(running, T);
+    assert_eq!(code(&o), 70, "{}", stderr(&o));
+    let mut u = cli(&server);
+    u.args(["unlock", "s", "--permit", &id]);
+    assert_eq!(code(&run(u, T)), 75, "given back already");
+    let _ = std::fs::remove_dir_all(&dir);
+}

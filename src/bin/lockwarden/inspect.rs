@@ -172,6 +172,37 @@ pub async fn force_unlock(ctx: &Ctx, name: &str) -> i32 {
     }
 }
 
+/// `lockwarden unlock NAME --permit ID`: one acquisition of a semaphore
+/// (plain or fair) given back.
+pub async fn release_permit(ctx: &Ctx, name: &str, id: &str) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let what = format!("semaphore {name:?}");
+    // The two kinds have their own scripts; a name is one or the other.
+    for fair in [false, true] {
+        let sem = match if fair {
+            client.fair_semaphore(name, 1)
+        } else {
+            client.semaphore(name, 1)
+        } {
+            Ok(s) => s,
+            Err(e) => return fail(&what, &e),
+        };
+        match sem.release_by_id(id).await {
+            Ok(()) => {
+                println!("gave back permit {id} of {what}");
+                return 0;
+            }
+            Err(lockwarden::Error::NotHeld { .. }) => {}
+            Err(e) => return fail(&what, &e),
+        }
+    }
+    eprintln!("lockwarden: no acquisition {id:?} holds permits of {what}");
+    crate::EX_TEMPFAIL
+}
+
 /// `lockwarden leader NAME [--json] [--watch]`.
 pub async fn leader(ctx: &Ctx, name: &str, as_json: bool, watch: bool) -> i32 {
     let client = match ctx.connect(INSPECT_LEASE).await {
@@ -213,6 +244,70 @@ pub async fn leader(ctx: &Ctx, name: &str, as_json: bool, watch: bool) -> i32 {
                 None => return 0,
             },
             _ = tokio::signal::ctrl_c() => return 0,
+        }
+    }
+}
+
+/// What `lockwarden latch` does.
+#[derive(Debug)]
+pub enum LatchAction {
+    Count,
+    Set(u64),
+    CountDown,
+    Wait(Option<Duration>),
+}
+
+/// `lockwarden latch NAME [--set N | --count-down | --wait [--timeout D]]`.
+pub async fn latch(ctx: &Ctx, name: &str, action: LatchAction) -> i32 {
+    let client = match ctx.connect(INSPECT_LEASE).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let latch = match client.count_down_latch(name) {
+        Ok(l) => l,
+        Err(e) => return fail(&format!("latch {name:?}"), &e),
+    };
+    let what = format!("latch {name:?}");
+    match action {
+        LatchAction::Count => match latch.count().await {
+            Ok(Some(n)) => {
+                println!("{n}");
+                0
+            }
+            Ok(None) => {
+                eprintln!("lockwarden: {what} does not exist (never set, deleted, or lost)");
+                crate::EX_TEMPFAIL
+            }
+            Err(e) => fail(&what, &e),
+        },
+        LatchAction::Set(n) => match latch.try_set_count(n).await {
+            Ok(true) => 0,
+            Ok(false) => {
+                eprintln!("lockwarden: {what} is still counting; not set");
+                crate::EX_TEMPFAIL
+            }
+            Err(e) => fail(&what, &e),
+        },
+        LatchAction::CountDown => match latch.count_down().await {
+            Ok(n) => {
+                println!("{n}");
+                0
+            }
+            Err(e) => fail(&what, &e),
+        },
+        LatchAction::Wait(timeout) => {
+            let r = match timeout {
+                Some(t) => latch.wait_for(t).await,
+                None => latch.wait().await.map(|()| true),
+            };
+            match r {
+                Ok(true) => 0,
+                Ok(false) => {
+                    eprintln!("lockwarden: {what} not at zero within the timeout");
+                    crate::EX_TEMPFAIL
+                }
+                Err(e) => fail(&what, &e),
+            }
         }
     }
 }

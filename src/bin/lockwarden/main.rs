@@ -140,6 +140,30 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Set, count down, read or wait for the count-down latch NAME.
+    ///
+    /// With no action, prints the count (exit 75 when there is no latch).
+    Latch {
+        /// The latch's name (without the key prefix).
+        name: String,
+        /// Set the count to N, only when the latch is at zero or absent
+        /// (exit 75 while it still counts).
+        #[arg(long, value_name = "N", conflicts_with_all = ["count_down", "wait"])]
+        set: Option<u64>,
+        /// Count down by one; prints what is left.
+        #[arg(long, conflicts_with = "wait")]
+        count_down: bool,
+        /// Wait until the count reaches zero (exit 75 after --timeout; 70
+        /// when the latch is deleted or lost while counting: a lost count
+        /// is never taken for zero).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this long.
+        #[arg(long, value_name = "D", value_parser = duration, requires = "wait")]
+        timeout: Option<Duration>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Show one lock: holders, reentry counts, remaining lease, last token, queue.
     Status {
         /// The lock's name (without the key prefix).
@@ -162,10 +186,19 @@ enum Command {
         conn: Conn,
     },
     /// Delete a lock whoever holds it, and wake its waiters.
+    ///
+    /// With --permit ID: give back that one acquisition of the semaphore
+    /// NAME (the LOCKWARDEN_PERMIT of a `run --permits` command); its
+    /// holder finds it lost. Exit 75 when no acquisition of that id holds
+    /// permits.
     Unlock {
-        /// Required: this breaks the lock for its holder.
-        #[arg(long, required = true)]
+        /// Required without --permit: this breaks the lock for its holder.
+        #[arg(long, required_unless_present = "permit")]
         force: bool,
+        /// Give back this permit id of the semaphore NAME, instead of
+        /// breaking the whole lock.
+        #[arg(long, value_name = "ID", conflicts_with = "force")]
+        permit: Option<String>,
         /// The lock's name (without the key prefix).
         name: String,
         #[command(flatten)]
@@ -354,7 +387,7 @@ Redis unreachable or refusing (or replicas and disks not confirming) for the who
 \fBrun\fR: the lock was lost, or at risk, while CMD ran (CMD was stopped), or was found lost when CMD ended.
 .TP
 \fB75\fR
-\fBrun\fR, \fBelect\fR: not acquired within \fB--wait\fR, or the name is held by a Redisson client; \fBleader\fR: nobody leads.
+\fBrun\fR, \fBelect\fR: not acquired within \fB--wait\fR, or the name is held by a Redisson client; \fBleader\fR: nobody leads; \fBlatch\fR: no latch, still counting (\fB--set\fR), or not at zero within \fB--timeout\fR.
 .TP
 \fB128 + N\fR
 \fBrun\fR: lockwarden got signal N while still waiting for the lock.
@@ -465,9 +498,28 @@ async fn dispatch(cli: Cli) -> i32 {
             watch,
             conn,
         } => (Cmd::Leader(name, json, watch), conn.or(before)),
+        Command::Latch {
+            name,
+            set,
+            count_down,
+            wait,
+            timeout,
+            conn,
+        } => {
+            let action = match (set, count_down, wait) {
+                (Some(n), _, _) => inspect::LatchAction::Set(n),
+                (_, true, _) => inspect::LatchAction::CountDown,
+                (_, _, true) => inspect::LatchAction::Wait(timeout),
+                _ => inspect::LatchAction::Count,
+            };
+            (Cmd::Latch(name, action), conn.or(before))
+        }
         Command::Status { name, json, conn } => (Cmd::Status(name, json), conn.or(before)),
         Command::List { pattern, json, conn } => (Cmd::List(pattern, json), conn.or(before)),
-        Command::Unlock { name, conn, .. } => (Cmd::Unlock(name), conn.or(before)),
+        Command::Unlock { name, permit, conn, .. } => match permit {
+            Some(id) => (Cmd::ReleasePermit(name, id), conn.or(before)),
+            None => (Cmd::Unlock(name), conn.or(before)),
+        },
         Command::Bench { args, conn } => (Cmd::Bench(args), conn.or(before)),
         Command::Completions { .. } | Command::Man => return 0,
     };
@@ -478,9 +530,11 @@ async fn dispatch(cli: Cli) -> i32 {
     match command {
         Cmd::Run(args, campaign) => run::run(&ctx, args, campaign).await,
         Cmd::Leader(name, json, watch) => inspect::leader(&ctx, &name, json, watch).await,
+        Cmd::Latch(name, action) => inspect::latch(&ctx, &name, action).await,
         Cmd::Status(name, json) => inspect::status(&ctx, &name, json).await,
         Cmd::List(pattern, json) => inspect::list(&ctx, &pattern, json).await,
         Cmd::Unlock(name) => inspect::force_unlock(&ctx, &name).await,
+        Cmd::ReleasePermit(name, id) => inspect::release_permit(&ctx, &name, &id).await,
         Cmd::Bench(args) => bench::bench(&ctx, args).await,
     }
 }
@@ -490,9 +544,11 @@ enum Cmd {
     /// A run, or with a value to proclaim, an election's.
     Run(RunArgs, Option<String>),
     Leader(String, bool, bool),
+    Latch(String, inspect::LatchAction),
     Status(String, bool),
     List(String, bool),
     Unlock(String),
+    ReleasePermit(String, String),
     Bench(bench::BenchArgs),
 }
 
@@ -634,6 +690,7 @@ pub fn exit_code(e: &Error) -> i32 {
         | Error::WrongType { .. }
         | Error::WrongKind { .. } => EX_USAGE,
         Error::HeldByRedisson { .. } => EX_TEMPFAIL,
+        Error::LatchGone { .. } => EX_SOFTWARE,
         _ => EX_UNAVAILABLE,
     }
 }
