@@ -1,6 +1,8 @@
 -- sem_permits: the number of permits stored with a semaphore.
 --
 -- KEYS[1]  the number (a string, no TTL)
+-- KEYS[2]  a fair semaphore's waiter queue (absent for a plain one)
+-- KEYS[3]  a fair semaphore's grant asks (see fsem_acquire.lua)
 -- ARGV[1]  'set': store ARGV[2] unless a number is stored already
 --          'add': store the stored number (else ARGV[3], the caller's
 --                 handle's number) plus ARGV[2], which may be negative
@@ -8,11 +10,13 @@
 -- ARGV[3]  the caller's handle's number
 -- ARGV[4]  the semaphore's channel
 -- ARGV[5]  PUBLISH, or SPUBLISH on a cluster
+-- ARGV[6]  prefix of a fair semaphore's wake channels
 --
 -- Returns {1, number} stored; {0, number} not stored ('set': one is
 -- stored already; 'add': it would go below zero): nothing is written.
 -- A number that went up publishes '0' on the channel (waiters look
--- again). Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
+-- again), and on the wake channel of the fair semaphore's queue head (it
+-- takes the permits it now fits). Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
 
 local stored = redis.pcall('GET', KEYS[1])
 if type(stored) == 'table' and stored.err then
@@ -31,5 +35,11 @@ end
 redis.call('SET', KEYS[1], string.format('%d', now))
 if now > tonumber(stored or ARGV[3]) then
   redis.call(ARGV[5], ARGV[4], '0')
+  local head = redis.pcall('LINDEX', KEYS[2], 0)
+  if type(head) == 'string' then
+    local ask = redis.pcall('HGET', KEYS[3], head)
+    local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
+    redis.pcall(ARGV[5], ARGV[6] .. wake, '0')
+  end
 end
 return {1, now}

@@ -163,10 +163,12 @@ async fn a_latch_and_a_lock_never_share_a_name() {
     .await;
 }
 
-/// On a cluster and through Sentinel: set, a waiter woken by the
-/// (sharded) message at zero.
+/// On a cluster and through Sentinel: a latch set, a waiter woken by the
+/// (sharded) message at zero; and the semaphore's stored number (its key
+/// in the semaphore's slot), raised to wake a waiter of the fair
+/// semaphore, and a permit given back by id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn latches_work_on_a_cluster_and_through_sentinel() {
+async fn latches_and_semaphore_verbs_work_on_a_cluster_and_through_sentinel() {
     let cluster = RedisCluster::start(3);
     let master = RedisServer::start();
     let sentinel = RedisSentinel::start(&master);
@@ -188,6 +190,25 @@ async fn latches_work_on_a_cluster_and_through_sentinel() {
                 zero_at.elapsed()
             );
             assert!(latch.delete().await.unwrap());
+
+            let sem = a.fair_semaphore("pool{x}", 1).unwrap();
+            assert!(sem.try_set_permits(1).await.unwrap(), "{url}");
+            let held = sem.acquire().await.unwrap();
+            let c = app_client(&url, Duration::from_secs(5)).await;
+            let waiter = tokio::spawn(async move { c.fair_semaphore("pool{x}", 1).unwrap().acquire().await });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(sem.add_permits(1).await.unwrap(), 2, "{url}");
+            let second = tokio::time::timeout(Duration::from_secs(2), waiter)
+                .await
+                .expect("woken by the raise")
+                .unwrap()
+                .unwrap();
+            assert_eq!(sem.acquired_permits().await.unwrap(), 2, "{url}");
+            assert_eq!(sem.add_permits(-1).await.unwrap(), 1);
+            sem.release_by_id(&held.id()).await.unwrap();
+            assert!(matches!(held.release().await, Err(Error::NotHeld { .. })));
+            second.release().await.unwrap();
+            assert_eq!(sem.available_permits().await.unwrap(), 1, "{url}");
         }
     })
     .await;

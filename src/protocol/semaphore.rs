@@ -183,13 +183,14 @@ pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) 
     };
     Call {
         script: &SEM_PERMITS,
-        keys: vec![&keys.permits],
+        keys: vec![&keys.permits, &keys.queue, &keys.asks],
         args: vec![
             lit(op),
             n.into(),
             (handle as i64).into(),
             name(&keys.channel),
             lit(env.publish),
+            name(&keys.wake_prefix),
         ],
         first_send: None,
     }
