@@ -11,10 +11,10 @@
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
 //! | reentrant lock: clients whose waits sleep (list) | `lockwarden:{PN}:waiters` |
 //! | reentrant lock: one client's wake channel | `lockwarden:{PN}:wake:<client-uuid>` |
-//! | fair lock: waiter queue (list) | `lockwarden:{PN}:queue` |
-//! | fair lock: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
-//! | fair lock: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
-//! | fair lock: one waiter's wake channel | `lockwarden:{PN}:wake:<wake-id>` (`<client-uuid>:w<n>`, or the owner field with a quorum) |
+//! | fair lock, fair semaphore: waiter queue (list) | `lockwarden:{PN}:queue` |
+//! | fair lock, fair semaphore: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
+//! | fair lock, fair semaphore: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
+//! | fair lock, fair semaphore: one waiter's wake channel | `lockwarden:{PN}:wake:<wake-id>` (`<client-uuid>:w<n>`, or the owner field with a quorum) |
 //! | semaphore: the number of permits stored with it (string) | `lockwarden:{PN}:permits` |
 //! | election: leader changes (channel) | `lockwarden:{PN}:leader` |
 //! | election: the log of proclaimed leaders (stream) | `lockwarden:{PN}:leaders` |
