@@ -24,10 +24,7 @@ impl Protocol for Fair {
     /// `grant`, also leaves an ask so an unlock may hand the lock straight
     /// to this waiter (its request record then holds the grant).
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
-        let ask = match a.grant {
-            Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
-            _ => String::new(),
-        };
+        let ask = super::grant_ask(a, env);
         Call {
             script: &FAIR_ACQUIRE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec, &keys.asks],

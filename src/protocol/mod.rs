@@ -285,6 +285,16 @@ impl Waiting {
     }
 }
 
+/// What a queued waiter asks of a direct grant (the fair lock's and the
+/// fair semaphore's): "<lease ms> <record ms> <request id> <wake id>", or
+/// "" when it does not ask (only trying, or no wake id: a quorum).
+fn grant_ask(a: &Acquire<'_>, env: &Env) -> String {
+    match a.grant {
+        Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
+        _ => String::new(),
+    }
+}
+
 /// One acquire attempt for `owner` with a lease of `lease`. `request`
 /// names the logical attempt (its replay record). `waiting`: when the
 /// caller waits for the lock if this attempt is refused, the refusal leaves

@@ -87,10 +87,7 @@ impl Protocol for FairSemaphore {
     /// fair lock's: a waiting attempt joins the queue, with an ask for
     /// direct grants when `grant` names its wake id.
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
-        let ask = match a.grant {
-            Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
-            _ => String::new(),
-        };
+        let ask = super::grant_ask(a, env);
         Call {
             script: &FSEM_ACQUIRE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts, rec, &keys.asks, &keys.permits],
