@@ -536,6 +536,11 @@ impl Client {
     /// be granted by a different majority), so the semaphore is not safe
     /// there.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
+        self.semaphore_of(name, permits, false)
+    }
+
+    /// A semaphore handle, plain or fair, after the checks both share.
+    fn semaphore_of(&self, name: &str, permits: u32, fair: bool) -> Result<crate::semaphore::Semaphore> {
         if permits == 0 {
             return Err(Error::Config(format!("semaphore {name:?} needs at least one permit")));
         }
@@ -550,7 +555,7 @@ impl Client {
             self.inner.clone(),
             keys,
             permits,
-            false,
+            fair,
         ))
     }
 
@@ -567,9 +572,7 @@ impl Client {
     ///
     /// As [`Client::semaphore`].
     pub fn fair_semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
-        let mut s = self.semaphore(name, permits)?;
-        s = crate::semaphore::Semaphore::new(self.inner.clone(), s.into_names(), permits, true);
-        Ok(s)
+        self.semaphore_of(name, permits, true)
     }
 
     /// A handle on the election `name`: campaign to lead it, ask who

@@ -69,10 +69,6 @@ impl Semaphore {
         }
     }
 
-    pub(crate) fn into_names(self) -> Names {
-        self.keys
-    }
-
     /// Whether this is a fair semaphore (permits granted in request
     /// order).
     pub fn is_fair(&self) -> bool {

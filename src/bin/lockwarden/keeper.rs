@@ -69,14 +69,14 @@ impl Keeper {
     }
 
     /// Says `done` and waits for the keeper to leave (briefly).
-    pub fn finish(mut self) {
+    pub async fn finish(mut self) {
         self.note(Note::Done);
         drop(self.child.stdin.take());
         for _ in 0..100 {
             if !matches!(self.child.try_wait(), Ok(None)) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -460,7 +460,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             // command may have run unprotected: a script must be able to
             // tell, whatever the command returned.
             if let Some(k) = keeper.take() {
-                k.finish();
+                k.finish().await;
             }
             let known = guard.loss_reason();
             let released = guard.unlock().await;
@@ -487,7 +487,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             eprintln!("lockwarden: {what} lost while the command ran ({reason}); stopped the command");
             stop_group(&mut child, group, kill_grace).await;
             if let Some(k) = keeper.take() {
-                k.finish();
+                k.finish().await;
             }
             // Release whatever is left of the hold (normally gone); Redis
             // may not be answering, and the lease ends it anyway.
@@ -506,7 +506,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             let grace = kill_grace.min(left.saturating_sub(stop_before - kill_grace));
             stop_group(&mut child, group, grace).await;
             if let Some(k) = keeper.take() {
-                k.finish();
+                k.finish().await;
             }
             let _ = tokio::time::timeout(Duration::from_secs(1), guard.unlock()).await;
             EX_SOFTWARE
