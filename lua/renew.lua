@@ -15,19 +15,48 @@
 -- shortened: a hold extended by its holder to a longer lease keeps it);
 -- one whose deadline passed is gone: its fields are removed and it
 -- reports 0.
+-- A permit of a semaphore in Redisson's layout (rsem_shared.lua) is held by
+-- members of a sorted set, scored with their deadline: KEYS[i] is that set,
+-- and the members of the permit id (id, id#2, ...) get now + lease when that
+-- is later; one gone, or whose deadline passed, reports 0 (the next acquire
+-- reclaims it).
 
 local out = {}
 local now
+
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+
+local function renew_members(key, id)
+  local score = redis.call('ZSCORE', key, id)
+  if not score or tonumber(score) <= clock() then return 0 end
+  local deadline = clock() + tonumber(ARGV[1])
+  if tonumber(score) < deadline then
+    local j, member = 1, id
+    while true do
+      redis.call('ZADD', key, 'XX', string.format('%d', deadline), member)
+      j = j + 1
+      member = id .. '#' .. j
+      if not redis.call('ZSCORE', key, member) then break end
+    end
+  end
+  return 1
+end
+
 for i = 1, #KEYS do
   local field = ARGV[i + 1]
   local got = redis.pcall('HMGET', KEYS[i], field, ':' .. field)
-  if got.err or not got[1] then
+  if got.err and redis.call('TYPE', KEYS[i])['ok'] == 'zset' then
+    out[i] = renew_members(KEYS[i], field)
+  elseif got.err or not got[1] then
     out[i] = 0
   elseif got[2] then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
     if tonumber(got[2]) <= now then
       redis.call('HDEL', KEYS[i], field, ':' .. field)
       out[i] = 0

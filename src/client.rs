@@ -221,16 +221,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Takes the locks of [`Client::lock`] (and of multi-locks) in
-    /// Redisson's layout, so that Java services using Redisson's `RLock`
-    /// (or `RFencedLock`) and this client share lock names: they exclude
-    /// each other, each wakes the other's waiters when it unlocks (on
-    /// Redisson's `redisson_lock__channel:{name}`), and fencing tokens come
-    /// from Redisson's counter (`redisson_lock_token:{name}`). Off by
-    /// default. The other kinds (fair lock, read-write lock, semaphore)
-    /// keep lockwarden's layout, which a Redisson client never takes while
-    /// held; the README's "Beside Redisson" has the table. One server or
-    /// Sentinel only: `build()` refuses it over a quorum or a cluster.
+    /// Takes the locks of [`Client::lock`] (and of multi-locks) and the
+    /// semaphores of [`Client::semaphore`] in Redisson's layout, so that
+    /// Java services using Redisson's `RLock` (or `RFencedLock`),
+    /// `RSemaphore` or `RPermitExpirableSemaphore` and this client share
+    /// names: they exclude each other (or count one set of permits), each
+    /// wakes the other's waiters when it releases (on Redisson's channels),
+    /// and fencing tokens come from Redisson's counter
+    /// (`redisson_lock_token:{name}`). Off by default. The other kinds
+    /// (fair lock, read-write lock, fair semaphore) keep lockwarden's
+    /// layout, which a Redisson client never takes while held; the
+    /// README's "Beside Redisson" has the table. One server or Sentinel
+    /// only: `build()` refuses it over a quorum or a cluster.
     pub fn redisson_compatible(mut self, on: bool) -> Self {
         self.options.redisson_compatible = on;
         self
@@ -535,12 +537,63 @@ impl Client {
     /// bound a count (with 5 masters and 2 permits, three holders can each
     /// be granted by a different majority), so the semaphore is not safe
     /// there.
+    ///
+    /// With [`ClientBuilder::redisson_compatible`], the semaphore is
+    /// [`Client::redisson_semaphore`]'s.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
+        if self.inner.settings.redisson_compatible {
+            return self.redisson_semaphore(name, permits);
+        }
         self.semaphore_of(name, permits, false)
+    }
+
+    /// A handle on the semaphore `name` in Redisson's layout, shared with
+    /// Java services using Redisson's `RSemaphore` or
+    /// `RPermitExpirableSemaphore` on the same name: one count of free
+    /// permits (Redisson's counter at the name), which every side takes
+    /// from and gives back to; each side's release wakes the other's
+    /// waiters (Redisson's `redisson_sc:{name}`). Each acquisition here is
+    /// recorded as Redisson's expiring permits are (its id scored with its
+    /// deadline in `{name}:timeout`), so a dead holder's permits come back
+    /// when its lease ends, whichever library takes next. With no counter
+    /// yet, the first acquisition sets it to `permits` (as Redisson's
+    /// `trySetPermits` would). Same verbs as [`Client::semaphore`]; the
+    /// README's "Beside Redisson" says what differs (deadlines on the
+    /// server's clock here, the client's in Redisson). Creating it talks to
+    /// no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::semaphore`]; [`Error::Config`] on a cluster, for now.
+    pub fn redisson_semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
+        let names = self.semaphore_names(name, permits)?;
+        if fred::prelude::ClientLike::is_clustered(&self.inner.members[0].node.client) {
+            return Err(Error::Config(format!(
+                "Redisson-compatible semaphore {name:?}: not supported on a cluster yet (Redisson's channels \
+                 there depend on its sharded pub/sub setting); use one server or Sentinel"
+            )));
+        }
+        Ok(crate::semaphore::Semaphore::redisson(
+            self.inner.clone(),
+            names,
+            permits,
+        ))
     }
 
     /// A semaphore handle, plain or fair, after the checks both share.
     fn semaphore_of(&self, name: &str, permits: u32, fair: bool) -> Result<crate::semaphore::Semaphore> {
+        let keys = self.semaphore_names(name, permits)?;
+        Ok(crate::semaphore::Semaphore::new(
+            self.inner.clone(),
+            keys,
+            permits,
+            fair,
+        ))
+    }
+
+    /// The names of the semaphore `name`, after the checks every
+    /// semaphore's handle shares.
+    fn semaphore_names(&self, name: &str, permits: u32) -> Result<Names> {
         if permits == 0 {
             return Err(Error::Config(format!("semaphore {name:?} needs at least one permit")));
         }
@@ -550,13 +603,7 @@ impl Client {
                  (a majority does not bound a count); use one server, Sentinel or Cluster"
             )));
         }
-        let keys = Names::new(&self.inner.settings.prefix, name)?;
-        Ok(crate::semaphore::Semaphore::new(
-            self.inner.clone(),
-            keys,
-            permits,
-            fair,
-        ))
+        Names::new(&self.inner.settings.prefix, name)
     }
 
     /// A handle on the fair semaphore `name` with `permits` permits: a

@@ -144,14 +144,33 @@ impl Names {
     /// when it has a brace already, as Redisson names them). Both share the
     /// lock's cluster slot, as the other companions do.
     pub(crate) fn redisson(mut self) -> Names {
-        let tagged = if self.lock.contains('{') {
-            self.lock.to_string()
-        } else {
-            format!("{{{}}}", &self.lock[..])
-        };
+        let tagged = self.redisson_tagged();
         self.channel = format!("redisson_lock__channel:{tagged}").into();
         self.token = format!("redisson_lock_token:{tagged}").into();
         self
+    }
+
+    /// The same semaphore in Redisson's layout (`lua/rsem_shared.lua`):
+    /// `permits` is Redisson's counter of free permits at the name,
+    /// `lock` its sorted set of expiring permits `{PN}:timeout` (where
+    /// holds live, so the watchdog renews them there), `channel` its
+    /// `redisson_sc:{PN}`.
+    pub(crate) fn redisson_semaphore(mut self) -> Names {
+        let tagged = self.redisson_tagged();
+        self.permits = self.lock.clone();
+        self.lock = format!("{tagged}:timeout").into();
+        self.channel = format!("redisson_sc:{tagged}").into();
+        self
+    }
+
+    /// The key in braces, or as it is when it has a brace already: how
+    /// Redisson names its companion keys.
+    fn redisson_tagged(&self) -> String {
+        if self.lock.contains('{') {
+            self.lock.to_string()
+        } else {
+            format!("{{{}}}", &self.lock[..])
+        }
     }
 }
 

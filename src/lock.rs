@@ -68,6 +68,9 @@ pub(crate) enum Kind {
     /// The reentrant lock in Redisson's layout (the client's
     /// `redisson_compatible`): waiters listen on Redisson's channel.
     Redisson,
+    /// A semaphore in Redisson's layout: as `Permits`; waiters listen on
+    /// Redisson's channel.
+    RedissonPermits { total: u32, take: u32 },
 }
 
 impl Kind {
@@ -80,6 +83,7 @@ impl Kind {
             Kind::Permits { total, take } => crate::protocol::permits(total, take),
             Kind::FairPermits { total, take } => crate::protocol::fair_permits(total, take),
             Kind::Redisson => crate::protocol::redisson(),
+            Kind::RedissonPermits { total, take } => crate::protocol::redisson_permits(total, take),
         }
     }
 }
@@ -89,6 +93,8 @@ impl Lock {
         Lock {
             inner,
             keys: Arc::new(LockKeys::new(
+                // A semaphore's names come from its handle
+                // (`Names::redisson_semaphore` for `RedissonPermits`).
                 if kind == Kind::Redisson {
                     names.redisson()
                 } else {
@@ -526,7 +532,7 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read | Kind::Permits { .. } | Kind::Redisson => {
+            Kind::Read | Kind::Permits { .. } | Kind::Redisson | Kind::RedissonPermits { .. } => {
                 crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await
             }
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,

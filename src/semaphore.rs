@@ -47,6 +47,9 @@ pub struct Semaphore {
     permits: u32,
     /// A fair semaphore (`Client::fair_semaphore`).
     fair: bool,
+    /// In Redisson's layout (`Client::redisson_semaphore`): `keys` are
+    /// `Names::redisson_semaphore`'s.
+    redisson: bool,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -55,6 +58,7 @@ impl std::fmt::Debug for Semaphore {
             .field("name", &self.keys.name)
             .field("permits", &self.permits)
             .field("fair", &self.fair)
+            .field("redisson", &self.redisson)
             .finish()
     }
 }
@@ -66,7 +70,27 @@ impl Semaphore {
             keys,
             permits,
             fair,
+            redisson: false,
         }
+    }
+
+    /// A semaphore in Redisson's layout (see
+    /// [`Client::redisson_semaphore`](crate::Client::redisson_semaphore)).
+    pub(crate) fn redisson(core: Arc<Core>, keys: Names, permits: u32) -> Semaphore {
+        Semaphore {
+            core,
+            keys: keys.redisson_semaphore(),
+            permits,
+            fair: false,
+            redisson: true,
+        }
+    }
+
+    /// Whether this semaphore is in Redisson's layout, shared with
+    /// Redisson's `RSemaphore` and `RPermitExpirableSemaphore` (see
+    /// [`Client::redisson_semaphore`](crate::Client::redisson_semaphore)).
+    pub fn is_redisson(&self) -> bool {
+        self.redisson
     }
 
     /// Whether this is a fair semaphore (permits granted in request
@@ -196,7 +220,13 @@ impl Semaphore {
         let r: Vec<i64> = self
             .core
             .first()
-            .run_call(|_| crate::protocol::semaphore::available(&self.keys, self.permits, self.fair))
+            .run_call(|_| {
+                if self.redisson {
+                    crate::protocol::redisson::count(&self.keys, self.permits)
+                } else {
+                    crate::protocol::semaphore::available(&self.keys, self.permits, self.fair)
+                }
+            })
             .await?;
         let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
         Ok([at(0), at(1), at(2)])
@@ -206,7 +236,13 @@ impl Semaphore {
         let r: Vec<i64> = self
             .core
             .first()
-            .run_call(|env| crate::protocol::semaphore::number(&self.keys, what, self.permits, env))
+            .run_call(|env| {
+                if self.redisson {
+                    crate::protocol::redisson::number(&self.keys, what, self.permits, env)
+                } else {
+                    crate::protocol::semaphore::number(&self.keys, what, self.permits, env)
+                }
+            })
             .await?;
         Ok((r.first() == Some(&1), r.get(1).copied().unwrap_or(0).max(0) as u64))
     }
@@ -304,14 +340,25 @@ impl Semaphore {
             .strip_suffix(crate::keys::READ_SUFFIX)
             .and_then(|b| b.rsplit_once(":p"))
             .is_some_and(|(client, n)| !client.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if !permit {
+        // Or, in Redisson's layout, a Redisson permit's id (16 bytes in hex,
+        // as its RPermitExpirableSemaphore hands them out).
+        let redisson_id = self.redisson.then(|| redisson_permit_id(id)).flatten();
+        if !permit && redisson_id.is_none() {
             return Err(not_held());
         }
         let r: i64 = self
             .core
             .first()
-            .run_call(|env| {
-                crate::protocol::semaphore::release_by_id(&self.keys, id, self.fair.then_some(self.permits), env)
+            .run_call(|env| match (self.redisson, redisson_id) {
+                (true, Some(raw)) => crate::protocol::redisson::release_permits(
+                    &self.keys,
+                    fred::types::Value::Bytes(raw.to_vec().into()),
+                    env,
+                ),
+                (true, None) => crate::protocol::redisson::release_permits(&self.keys, id.into(), env),
+                (false, _) => {
+                    crate::protocol::semaphore::release_by_id(&self.keys, id, self.fair.then_some(self.permits), env)
+                }
             })
             .await?;
         if r == 0 {
@@ -355,7 +402,9 @@ impl Semaphore {
     /// a stored number may put above the handle's).
     async fn take_unchecked(&self, n: u32, wait: Option<Duration>, lease: Lease) -> Result<Option<Permit>> {
         let (total, take) = (self.permits, n);
-        let kind = if self.fair {
+        let kind = if self.redisson {
+            Kind::RedissonPermits { total, take }
+        } else if self.fair {
             Kind::FairPermits { total, take }
         } else {
             Kind::Permits { total, take }
@@ -374,6 +423,18 @@ impl Semaphore {
         };
         Ok(guard.map(|guard| Permit { guard, n }))
     }
+}
+
+/// The 16 bytes of a Redisson permit id given in hex (32 digits).
+fn redisson_permit_id(id: &str) -> Option<[u8; 16]> {
+    if id.len() != 32 {
+        return None;
+    }
+    let mut raw = [0u8; 16];
+    for (i, byte) in raw.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(id.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(raw)
 }
 
 /// Permits held: given back by [`Permit::release`], or in the background

@@ -93,7 +93,7 @@ macro_rules! lua {
 pub(crate) mod election;
 mod fair;
 pub(crate) mod latch;
-mod redisson;
+pub(crate) mod redisson;
 mod reentrant;
 mod rw;
 pub(crate) mod semaphore;
@@ -140,6 +140,12 @@ pub(crate) fn write() -> Kind {
 /// The reentrant lock in Redisson's layout.
 pub(crate) fn redisson() -> Kind {
     REDISSON.clone()
+}
+
+/// A semaphore in Redisson's layout of `total` permits (the handle's), an
+/// acquisition taking `take` of them.
+pub(crate) fn redisson_permits(total: u32, take: u32) -> Kind {
+    Arc::new(redisson::RedissonSemaphore { total, take })
 }
 
 /// A semaphore of `total` permits, an acquisition taking `take` of them;
@@ -392,6 +398,7 @@ pub(crate) fn all_scripts() -> Vec<&'static Script> {
         permits(1, 1),
         fair_permits(1, 1),
         redisson(),
+        redisson_permits(1, 1),
     ] {
         all.extend(kind.scripts());
     }

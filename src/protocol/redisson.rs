@@ -2,15 +2,19 @@
 //! `redisson_compatible`): `lua/redisson_acquire.lua`,
 //! `lua/redisson_release.lua` and `lua/redisson_force_unlock.lua`. The
 //! lock's `Names` carry Redisson's channel and token counter
-//! (`Names::redisson`).
+//! (`Names::redisson`). And the semaphore in Redisson's layout (Redisson's
+//! RSemaphore and RPermitExpirableSemaphore at once): `lua/rsem_*.lua`,
+//! with `Names::redisson_semaphore`.
 
 use std::sync::LazyLock;
+
+use fred::types::Value;
 
 use super::{
     channel_release_args, first_send_flag, lit, ms, name, Acquire, Call, Env, LockKeys, Protocol, Release, Script,
     CHANNEL_RELEASE_FIRST_SEND,
 };
-use crate::keys::Str;
+use crate::keys::{Names, Str};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "redisson_acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new("release", lua!("shared.lua", "redisson_release.lua")));
@@ -58,5 +62,98 @@ impl Protocol for RedissonLock {
             args: vec![lit(env.publish)],
             first_send: None,
         }
+    }
+}
+
+static RSEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "rsem_shared.lua", "rsem_acquire.lua")));
+static RSEM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "rsem_shared.lua", "rsem_release.lua")));
+static RSEM_COUNT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "available_permits",
+        lua!("shared.lua", "rsem_shared.lua", "rsem_count.lua"),
+    )
+});
+static RSEM_PERMITS: LazyLock<Script> =
+    LazyLock::new(|| Script::new("permits", lua!("shared.lua", "rsem_shared.lua", "rsem_permits.lua")));
+
+/// The semaphore in Redisson's layout (`lua/rsem_*.lua`): Redisson's
+/// counter of free permits at the name (`Names::permits`, see
+/// `Names::redisson_semaphore`) and its sorted set of expiring permits
+/// (`Names::lock`, where each hold is a member scored with its deadline).
+/// `total` is the handle's number (the counter's first value when there is
+/// none), `take` how many an acquisition takes.
+pub(super) struct RedissonSemaphore {
+    pub(super) total: u32,
+    pub(super) take: u32,
+}
+
+impl Protocol for RedissonSemaphore {
+    fn label(&self) -> &'static str {
+        "redisson_semaphore"
+    }
+
+    /// `rec` records which request got the acquisition's grant.
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RSEM_ACQUIRE,
+            keys: vec![&keys.permits, &keys.lock, &keys.channel, rec],
+            args: vec![
+                name(a.owner),
+                (self.take as i64).into(),
+                (self.total as i64).into(),
+                ms(a.lease).into(),
+                ms(env.record_ttl).into(),
+                lit(env.publish),
+            ],
+            first_send: None,
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        release_permits(keys, name(r.owner), env)
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&RSEM_ACQUIRE, &RSEM_RELEASE, &RSEM_COUNT, &RSEM_PERMITS]
+    }
+}
+
+/// Gives back the permits of the acquisition `id` (a lockwarden permit id,
+/// or a Redisson permit's raw 16 bytes) of the semaphore `keys` in
+/// Redisson's layout: replies 0 released, -1 not held.
+pub(crate) fn release_permits<'a>(keys: &'a Names, id: Value, env: &Env) -> Call<'a> {
+    Call {
+        script: &RSEM_RELEASE,
+        keys: vec![&keys.permits, &keys.lock, &keys.channel],
+        args: vec![id, lit(env.publish)],
+        first_send: None,
+    }
+}
+
+/// The permits of the semaphore `keys` in Redisson's layout, for a handle
+/// of `total`: `[free, held, free + held]` (`lua/rsem_count.lua`).
+pub(crate) fn count(keys: &Names, total: u32) -> Call<'_> {
+    Call {
+        script: &RSEM_COUNT,
+        keys: vec![&keys.permits, &keys.lock],
+        args: vec![(total as i64).into()],
+        first_send: None,
+    }
+}
+
+/// Sets or changes the count of the semaphore `keys` in Redisson's layout
+/// (`lua/rsem_permits.lua`): replies `[1, number]` done, `[0, number]` not.
+pub(crate) fn number<'a>(keys: &'a Names, what: super::semaphore::Number, handle: u32, env: &Env) -> Call<'a> {
+    let (op, n) = match what {
+        super::semaphore::Number::Set(n) => ("set", n as i64),
+        super::semaphore::Number::Add(d) => ("add", d),
+    };
+    Call {
+        script: &RSEM_PERMITS,
+        keys: vec![&keys.permits, &keys.lock, &keys.channel],
+        args: vec![lit(op), n.into(), (handle as i64).into(), lit(env.publish)],
+        first_send: None,
     }
 }

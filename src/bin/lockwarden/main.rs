@@ -60,8 +60,9 @@ struct Conn {
     /// their confirmations (default: 500ms).
     #[arg(long, value_name = "D", value_parser = duration)]
     replica_timeout: Option<Duration>,
-    /// Take plain locks in Redisson's layout, shared with Java services
-    /// using Redisson's RLock on the same names (one server or Sentinel).
+    /// Take plain locks and semaphores in Redisson's layout, shared with
+    /// Java services using Redisson's RLock, RSemaphore or
+    /// RPermitExpirableSemaphore on the same names (one server or Sentinel).
     #[arg(long)]
     redisson_compatible: bool,
     #[command(flatten)]
