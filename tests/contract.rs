@@ -27,9 +27,12 @@ enum K {
     Multi,
     /// The plain lock in Redisson's layout (`Client::redisson_lock`).
     Redisson,
+    /// A permit of a semaphore in Redisson's layout
+    /// (`Client::redisson_semaphore`).
+    RedissonPermit,
 }
 
-const KINDS: [K; 8] = [
+const KINDS: [K; 9] = [
     K::Reentrant,
     K::Fair,
     K::Read,
@@ -38,6 +41,7 @@ const KINDS: [K; 8] = [
     K::FairPermit,
     K::Multi,
     K::Redisson,
+    K::RedissonPermit,
 ];
 
 impl K {
@@ -54,7 +58,7 @@ impl K {
     /// Whether its holds carry a fresh fencing token (a reader carries the
     /// last writer's; a permit none).
     fn fenced(self) -> bool {
-        !matches!(self, K::Read | K::Permit | K::FairPermit)
+        !matches!(self, K::Read | K::Permit | K::FairPermit | K::RedissonPermit)
     }
 
     /// The name of the kind in `Error::WrongKind`.
@@ -66,6 +70,7 @@ impl K {
             K::Permit => "semaphore",
             K::FairPermit => "fair semaphore",
             K::Redisson => "Redisson lock",
+            K::RedissonPermit => "Redisson semaphore",
         }
     }
 
@@ -75,7 +80,7 @@ impl K {
     fn refused_on(self, dep: Dep) -> bool {
         match self {
             K::Permit | K::FairPermit => dep == Dep::Quorum,
-            K::Redisson => matches!(dep, Dep::Quorum | Dep::Cluster),
+            K::Redisson | K::RedissonPermit => matches!(dep, Dep::Quorum | Dep::Cluster),
             _ => false,
         }
     }
@@ -162,6 +167,11 @@ async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> loc
         K::Permit => c.semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
         K::FairPermit => c.fair_semaphore(name, 1)?.try_acquire(wait, lease).await?.map(Held::P),
         K::Redisson => c.redisson_lock(name)?.try_lock(wait, lease).await?.map(Held::G),
+        K::RedissonPermit => c
+            .redisson_semaphore(name, 1)?
+            .try_acquire(wait, lease)
+            .await?
+            .map(Held::P),
         K::Multi => c
             .multi_lock(&[name.to_string(), second(name)])?
             .try_lock(wait, lease)
@@ -278,7 +288,11 @@ impl Setup {
             Some(c) => c.channels(),
             None => self.masters.iter().flat_map(|m| m.pubsub_channels()).collect(),
         };
-        all.retain(|c| c.starts_with(lockwarden::NAMESPACE) || c.starts_with("redisson_lock__channel:"));
+        all.retain(|c| {
+            c.starts_with(lockwarden::NAMESPACE)
+                || c.starts_with("redisson_lock__channel:")
+                || c.starts_with("redisson_sc:")
+        });
         all
     }
 }
@@ -324,12 +338,42 @@ async fn until_someone_listens(setup: &Setup) {
     );
 }
 
-/// Nothing is left on the deployment but fencing counters and replay
-/// records, which expire by themselves (within seconds).
+/// The holders of `k` on `name` at `server`: a lock hash's owner fields,
+/// or the members of a Redisson semaphore's `{name}:timeout` set.
+fn holders(server: &RedisServer, k: K, name: &str) -> Vec<String> {
+    match k {
+        K::RedissonPermit => server
+            .cmd(&["ZRANGE", &format!("{{{name}}}:timeout"), "0", "-1"])
+            .strings(),
+        _ => server.owners(name).into_iter().map(|(f, _)| f).collect(),
+    }
+}
+
+/// Nothing is left on the deployment but fencing counters, replay
+/// records, which expire by themselves (within seconds), and a Redisson
+/// semaphore's counter of free permits (Redisson's, kept for good): back
+/// at its one permit.
 async fn assert_nothing_left(setup: &Setup, what: &str) {
     let left = || {
         let mut keys = setup.keys("*");
         keys.retain(|k| !k.ends_with(":token") && !k.contains(":req:") && !k.starts_with("redisson_lock_token:"));
+        keys.retain(|k| {
+            // Only on one server or Sentinel (a Redisson semaphore is refused elsewhere).
+            let counter = setup.cluster.is_none()
+                && setup
+                    .masters
+                    .iter()
+                    .any(|m| m.cmd(&["TYPE", k]).as_str() == Some("string"));
+            if counter {
+                let at = setup.masters.iter().find_map(|m| m.cmd(&["GET", k]).as_int());
+                assert_eq!(
+                    at,
+                    Some(1),
+                    "{what}: the Redisson semaphore {k} is not back at its one permit"
+                );
+            }
+            !counter
+        });
         keys
     };
     if !eventually(Duration::from_secs(5), || left().is_empty()).await {
@@ -481,7 +525,7 @@ async fn stalled_holder_on(k: K, dep: Dep) {
             other => panic!("{what}: a lost hold's release answered {other:?}, not NotHeld"),
         }
         assert!(!got.is_lost(), "{what}: the rival's hold is untouched");
-        let holding = setup.masters.iter().filter(|m| !m.owners(name).is_empty()).count();
+        let holding = setup.masters.iter().filter(|m| !holders(m, k, name).is_empty()).count();
         assert!(
             holding * 2 > setup.masters.len(),
             "{what}: the rival's hold is still on a majority ({holding})"
@@ -835,6 +879,8 @@ macro_rules! every_kind {
             async fn multi() { super::$check(K::Multi).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn redisson() { super::$check(K::Redisson).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redisson_permit() { super::$check(K::RedissonPermit).await }
         }
     )*};
 }
@@ -899,6 +945,71 @@ async fn one_name_is_one_kind_in_every_direction() {
             assert!(!held.is_lost());
             held.release().await.unwrap();
             assert_eq!(server.cmd(&["EXISTS", name]).as_int(), Some(0), "{first:?} released");
+        }
+    })
+    .await
+}
+
+/// A semaphore in Redisson's layout (a counter at the name) and every
+/// other kind never share a name, in either direction: an error that names
+/// what holds the name, and nothing of the holder's changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redisson_semaphore_and_the_other_kinds_never_share_a_name() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let b = quiet_client(&server.url(), Duration::from_secs(30)).await;
+        let name = "rsem";
+        let others = [
+            K::Reentrant,
+            K::Fair,
+            K::Read,
+            K::Write,
+            K::Permit,
+            K::FairPermit,
+            K::Multi,
+            K::Redisson,
+        ];
+        for k in others {
+            let held = take(&a, k, name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let before = contents(&server, name);
+            for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                match take(&b, K::RedissonPermit, name, wait, Lease::Watchdog).await {
+                    Err(Error::WrongKind { found, .. }) => assert_eq!(found, k.found(), "over {k:?}"),
+                    Err(Error::HeldByRedisson { .. }) if k == K::Redisson => {}
+                    other => panic!("a Redisson semaphore over {k:?}: {other:?}"),
+                }
+            }
+            assert_eq!(
+                contents(&server, name),
+                before,
+                "the Redisson semaphore changed {k:?}'s hash"
+            );
+            assert_eq!(server.cmd(&["EXISTS", "{rsem}:timeout"]).as_int(), Some(0));
+            held.release().await.unwrap();
+
+            let permit = take(&a, K::RedissonPermit, name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let members = server.cmd(&["ZRANGE", "{rsem}:timeout", "0", "-1"]).strings();
+            for wait in [Duration::ZERO, Duration::from_millis(300)] {
+                match take(&b, k, name, wait, Lease::Watchdog).await {
+                    Err(Error::WrongType { found, .. }) => assert_eq!(found, "string", "{k:?}"),
+                    other => panic!("{k:?} over a Redisson semaphore: {other:?}"),
+                }
+            }
+            assert_eq!(
+                server.cmd(&["GET", name]).as_int(),
+                Some(0),
+                "{k:?} changed the counter"
+            );
+            assert_eq!(server.cmd(&["ZRANGE", "{rsem}:timeout", "0", "-1"]).strings(), members);
+            permit.release().await.unwrap();
+            server.cmd(&["DEL", name]);
         }
     })
     .await
