@@ -667,7 +667,8 @@ impl Client {
     /// matches the Redis-style glob `pattern` (`*`, `?`), of every kind:
     /// found through their fencing-token keys (every lock whose write side
     /// was ever taken has one) and through the lock hashes held now (read
-    /// holds and semaphores, which take no token). `SCAN` runs on the
+    /// holds and semaphores, which take no token, and a Redisson
+    /// semaphore's set of expiring permits). `SCAN` runs on the
     /// server (Standalone, Sentinel's master), on every primary of a
     /// cluster, and on every master of a quorum (a majority must answer;
     /// each lock's status is then the quorum's view, as
@@ -697,7 +698,10 @@ impl Client {
         hashes.push('*');
         let scans = futures::future::join_all(self.inner.members.iter().map(|m| async {
             let tokens = m.node.scan(&token_keys, None).await?;
-            let held = m.node.scan(&hashes, Some("hash")).await?;
+            let mut held = m.node.scan(&hashes, Some("hash")).await?;
+            // Redisson semaphores, through their sets of expiring permits.
+            let sets = m.node.scan("*:timeout", Some("zset")).await?;
+            held.extend(sets.iter().filter_map(|k| crate::keys::name_of_redisson_timeouts(k)));
             Ok::<_, Error>((tokens, held))
         }))
         .await;

@@ -156,21 +156,44 @@ impl Names {
     /// holds live, so the watchdog renews them there), `channel` its
     /// `redisson_sc:{PN}`.
     pub(crate) fn redisson_semaphore(mut self) -> Names {
-        let tagged = self.redisson_tagged();
         self.permits = self.lock.clone();
-        self.lock = format!("{tagged}:timeout").into();
+        self.lock = self.redisson_timeouts();
+        let tagged = self.redisson_tagged_of(&self.permits);
         self.channel = format!("redisson_sc:{tagged}").into();
         self
+    }
+
+    /// Redisson's set of expiring permits for this name, were it a
+    /// Redisson semaphore (`status` reads one there).
+    pub(crate) fn redisson_timeouts(&self) -> Str {
+        format!("{}:timeout", self.redisson_tagged()).into()
     }
 
     /// The key in braces, or as it is when it has a brace already: how
     /// Redisson names its companion keys.
     fn redisson_tagged(&self) -> String {
-        if self.lock.contains('{') {
-            self.lock.to_string()
+        self.redisson_tagged_of(&self.lock)
+    }
+
+    fn redisson_tagged_of(&self, key: &str) -> String {
+        if key.contains('{') {
+            key.to_string()
         } else {
-            format!("{{{}}}", &self.lock[..])
+            format!("{{{key}}}")
         }
+    }
+}
+
+/// The key of the Redisson semaphore whose set of expiring permits is
+/// `key` (`{name}:timeout`, or `<name with a brace>:timeout`).
+pub(crate) fn name_of_redisson_timeouts(key: &str) -> Option<String> {
+    let tagged = key.strip_suffix(":timeout")?;
+    match tagged.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+        Some(inner) if !inner.contains(['{', '}']) => Some(inner.to_string()),
+        _ if tagged.contains('{') && tagged.matches('{').count() == 1 && !tagged.starts_with('{') => {
+            Some(tagged.to_string())
+        }
+        _ => None,
     }
 }
 
@@ -296,6 +319,10 @@ mod tests {
         assert_eq!(lock_key_of_token("lockwarden:#{x}:token").as_deref(), Some("{x}"));
         assert_eq!(lock_key_of_token("lockwarden:#a{eu}:token").as_deref(), Some("a{eu}"));
         assert_eq!(lock_key_of_token("other"), None);
+        assert_eq!(name_of_redisson_timeouts("{jobs}:timeout").as_deref(), Some("jobs"));
+        assert_eq!(name_of_redisson_timeouts("a{eu}:timeout").as_deref(), Some("a{eu}"));
+        assert_eq!(name_of_redisson_timeouts("jobs:timeout"), None);
+        assert_eq!(name_of_redisson_timeouts("{jobs}"), None);
     }
 
     #[test]

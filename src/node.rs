@@ -725,9 +725,10 @@ impl Node {
 
     /// The raw snapshot of the status script.
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<Value> {
+        let redisson = keys.redisson_timeouts();
         self.run(
             &STATUS,
-            &[&keys.lock, &keys.token, &keys.queue],
+            &[&keys.lock, &keys.token, &keys.queue, &redisson],
             vec![],
             self.command_timeout,
         )

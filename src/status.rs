@@ -55,6 +55,12 @@ pub enum LockKind {
     /// A Redisson client's read-write lock (a hash with Redisson's `mode`
     /// field and no `:kind`).
     RedissonReadWrite,
+    /// A semaphore in Redisson's layout (a counter of free permits at the
+    /// name): [`Client::redisson_semaphore`](crate::Client::redisson_semaphore)'s,
+    /// or Redisson's `RSemaphore` / `RPermitExpirableSemaphore`. Its
+    /// holders are the permits held by an id (Redisson's `RSemaphore`
+    /// keeps no record of its holders).
+    RedissonSemaphore,
 }
 
 impl LockKind {
@@ -69,6 +75,7 @@ impl LockKind {
             LockKind::FairSemaphore => "fair semaphore",
             LockKind::Redisson => "Redisson lock",
             LockKind::RedissonReadWrite => "Redisson read-write lock",
+            LockKind::RedissonSemaphore => "Redisson semaphore",
         }
     }
 
@@ -80,6 +87,7 @@ impl LockKind {
             "rw" => LockKind::ReadWrite,
             "semaphore" => LockKind::Semaphore,
             "fair-semaphore" => LockKind::FairSemaphore,
+            "redisson-semaphore" => LockKind::RedissonSemaphore,
             _ => return None,
         })
     }

@@ -528,3 +528,108 @@ async fn a_name_of_another_kind_is_refused_and_left_alone() {
     })
     .await
 }
+
+/// The command: `run --permits N --redisson-compatible` takes from
+/// Redisson's counter and records its permit as Redisson's expiring ones
+/// are; `unlock --permit` gives back a Redisson permit by its hex id.
+#[test]
+fn the_command_takes_and_gives_back_redisson_permits() {
+    let server = RedisServer::start();
+    let r = Redisson::new(&server, "cmd");
+    assert!(r.try_set_permits(2));
+    assert!(r.try_acquire_expiring("0123456789abcdef", Duration::from_secs(60)));
+    let dir = std::env::temp_dir().join(format!("lockwarden-rsem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lockwarden = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"));
+        c.env_remove("LOCKWARDEN_REDIS")
+            .args(["--redis", &server.url(), "--redisson-compatible"])
+            .args(args);
+        c
+    };
+    let mut running = lockwarden(&["run", "cmd", "--permits", "1", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $LOCKWARDEN_PERMIT > {}/id; sleep 2", dir.display()),
+        ])
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        match std::fs::read_to_string(dir.join("id")) {
+            Ok(s) if s.ends_with('\n') => break s.trim().to_string(),
+            _ => {
+                assert!(Instant::now() < until, "the command never ran");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert_eq!(r.count(), Some(0));
+    let mut members = r.members();
+    members.sort();
+    let mut want = vec![id.clone(), "0123456789abcdef".to_string()];
+    want.sort();
+    assert_eq!(members, want);
+    let o = lockwarden(&["unlock", "cmd", "--permit", "30313233343536373839616263646566"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(r.count(), Some(1), "the Redisson permit came back");
+    assert!(running.wait().unwrap().success());
+    assert_eq!(r.count(), Some(2), "the command's permit came back");
+    assert!(r.members().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `status` and `list` (the library's and the command's) show a Redisson
+/// semaphore as such, with its permits held by an id.
+#[tokio::test]
+async fn status_and_list_show_a_redisson_semaphore() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = compatible(&server, Duration::from_secs(30)).await;
+        let r = Redisson::new(&server, "shown");
+        assert!(r.try_set_permits(3));
+        assert!(r.try_acquire_expiring("0123456789abcdef", Duration::from_secs(60)));
+        let p = c.redisson_semaphore("shown", 3).unwrap().acquire().await.unwrap();
+        let plain = Client::builder(&server.url()).build().await.unwrap();
+        for client in [&c, &plain] {
+            let s = client.lock("shown").unwrap().status().await.unwrap();
+            assert_eq!(s.kind, Some(lockwarden::LockKind::RedissonSemaphore));
+            let mut holders: Vec<String> = s.holders.iter().map(|(f, _)| f.clone()).collect();
+            holders.sort();
+            let mut want = vec![p.id(), "0123456789abcdef".to_string()];
+            want.sort();
+            assert_eq!(holders, want);
+            let lease = s.remaining_lease.expect("a deadline");
+            assert!(
+                lease > Duration::from_secs(50) && lease <= Duration::from_secs(60),
+                "{lease:?}"
+            );
+            let listed = client.locks("*").await.unwrap();
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            assert_eq!(listed[0].name, "shown");
+            assert_eq!(listed[0].kind, Some(lockwarden::LockKind::RedissonSemaphore));
+        }
+        let command = |args: &[&str]| {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+                .env_remove("LOCKWARDEN_REDIS")
+                .args(["--redis", &server.url()])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let out = command(&["status", "shown"]);
+        assert!(out.starts_with("Redisson semaphore \"shown\""), "{out}");
+        let out = command(&["list", "--json"]);
+        assert!(
+            out.contains("\"shown\"") && out.contains("\"Redisson semaphore\""),
+            "{out}"
+        );
+        p.release().await.unwrap();
+    })
+    .await
+}
