@@ -48,13 +48,34 @@ local function renew_members(key, id)
   return 1
 end
 
+-- A hold of a read-write lock in Redisson's layout (rrw_shared.lua): the
+-- hash has 'mode' 'read' or 'write' and no ':kind'; each level k of the
+-- hold has its key '<tag>:<field>:rwlock_timeout:<k>' (<tag>: the key in
+-- braces, or the key when it has one), whose TTL is the hold's lease. The
+-- hold is gone when its first level's key is; else each level's key and
+-- the hash get now + lease when that is later.
+local function renew_levels(key, field, count)
+  local tag = key
+  if not string.find(key, '{', 1, true) then tag = '{' .. key .. '}' end
+  local base = tag .. ':' .. field .. ':rwlock_timeout:'
+  if redis.call('EXISTS', base .. '1') == 0 then return 0 end
+  local lease = tonumber(ARGV[1])
+  for k = 1, count do
+    if redis.call('PTTL', base .. k) < lease then redis.call('PEXPIRE', base .. k, lease) end
+  end
+  if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+  return 1
+end
+
 for i = 1, #KEYS do
   local field = ARGV[i + 1]
-  local got = redis.pcall('HMGET', KEYS[i], field, ':' .. field)
+  local got = redis.pcall('HMGET', KEYS[i], field, ':' .. field, 'mode', ':kind')
   if got.err and redis.call('TYPE', KEYS[i])['ok'] == 'zset' then
     out[i] = renew_members(KEYS[i], field)
   elseif got.err or not got[1] then
     out[i] = 0
+  elseif (got[3] == 'read' or got[3] == 'write') and not got[4] then
+    out[i] = renew_levels(KEYS[i], field, tonumber(got[1]) or 0)
   elseif got[2] then
     clock()
     if tonumber(got[2]) <= now then

@@ -221,15 +221,16 @@ impl ClientBuilder {
         self
     }
 
-    /// Takes the locks of [`Client::lock`] (and of multi-locks) and the
-    /// semaphores of [`Client::semaphore`] in Redisson's layout, so that
-    /// Java services using Redisson's `RLock` (or `RFencedLock`),
+    /// Takes the locks of [`Client::lock`] (and of multi-locks), the
+    /// read-write locks of [`Client::rw_lock`] and the semaphores of
+    /// [`Client::semaphore`] in Redisson's layout, so that Java services
+    /// using Redisson's `RLock` (or `RFencedLock`), `RReadWriteLock`,
     /// `RSemaphore` or `RPermitExpirableSemaphore` and this client share
     /// names: they exclude each other (or count one set of permits), each
     /// wakes the other's waiters when it releases (on Redisson's channels),
     /// and fencing tokens come from Redisson's counter
     /// (`redisson_lock_token:{name}`). Off by default. The other kinds
-    /// (fair lock, read-write lock, fair semaphore) keep lockwarden's
+    /// (fair lock, fair semaphore) keep lockwarden's
     /// layout, which a Redisson client never takes while held; the
     /// README's "Beside Redisson" has the table. One server or Sentinel
     /// only: `build()` refuses it over a quorum or a cluster.
@@ -459,20 +460,26 @@ impl Client {
     /// (Redisson's lock lives on one deployment) and, for now, on a
     /// cluster.
     pub fn redisson_lock(&self, name: &str) -> Result<Lock> {
+        let names = self.redisson_names("lock", name)?;
+        Ok(Lock::new(self.inner.clone(), names, Kind::Redisson))
+    }
+
+    /// The names of `name` for a kind in Redisson's layout, after the
+    /// checks every such kind shares: one server or Sentinel.
+    fn redisson_names(&self, kind: &str, name: &str) -> Result<Names> {
         if self.inner.members.len() > 1 {
             return Err(Error::Config(format!(
-                "Redisson-compatible lock {name:?}: Redisson's lock lives on one deployment; a quorum of \
+                "Redisson-compatible {kind} {name:?}: Redisson's {kind} lives on one deployment; a quorum of \
                  independent masters has no Redisson layout to share (use one server or Sentinel)"
             )));
         }
         if fred::prelude::ClientLike::is_clustered(&self.inner.members[0].node.client) {
             return Err(Error::Config(format!(
-                "Redisson-compatible lock {name:?}: not supported on a cluster yet (Redisson's channels there \
-                 depend on its sharded pub/sub setting); use one server or Sentinel"
+                "Redisson-compatible {kind} {name:?}: not supported on a cluster yet (Redisson's channels \
+                 there depend on its sharded pub/sub setting); use one server or Sentinel"
             )));
         }
-        let names = Names::new(&self.inner.settings.prefix, name)?;
-        Ok(Lock::new(self.inner.clone(), names, Kind::Redisson))
+        Names::new(&self.inner.settings.prefix, name)
     }
 
     /// A handle on the fair lock `name`: waiters get it in the order they
@@ -498,9 +505,33 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::lock`].
+    ///
+    /// With [`ClientBuilder::redisson_compatible`], the lock is
+    /// [`Client::redisson_rw_lock`]'s.
     pub fn rw_lock(&self, name: &str) -> Result<crate::rw_lock::RwLock> {
+        if self.inner.settings.redisson_compatible {
+            return self.redisson_rw_lock(name);
+        }
         let names = Names::new(&self.inner.settings.prefix, name)?;
         Ok(crate::rw_lock::RwLock::new(self.inner.clone(), names))
+    }
+
+    /// A handle on the read-write lock `name` in Redisson's layout, shared
+    /// with Java services using Redisson's `RReadWriteLock` on the same
+    /// name: many readers or one writer across both libraries, each side's
+    /// release wakes the other's waiters (Redisson's
+    /// `redisson_rwlock:{name}`), each keeps its own reentry counts. Same
+    /// API and guarantees as [`Client::rw_lock`] but for two of Redisson's
+    /// rules: no writer preference (a stream of readers can keep a writer
+    /// waiting, as in Redisson) and every waiter of the name wakes on a
+    /// release (README, "Beside Redisson"). Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::redisson_lock`].
+    pub fn redisson_rw_lock(&self, name: &str) -> Result<crate::rw_lock::RwLock> {
+        let names = self.redisson_names("read-write lock", name)?;
+        Ok(crate::rw_lock::RwLock::redisson(self.inner.clone(), names))
     }
 
     /// A handle on the locks `names` taken together, all of them or none
@@ -567,12 +598,7 @@ impl Client {
     /// As [`Client::semaphore`]; [`Error::Config`] on a cluster, for now.
     pub fn redisson_semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
         let names = self.semaphore_names(name, permits)?;
-        if fred::prelude::ClientLike::is_clustered(&self.inner.members[0].node.client) {
-            return Err(Error::Config(format!(
-                "Redisson-compatible semaphore {name:?}: not supported on a cluster yet (Redisson's channels \
-                 there depend on its sharded pub/sub setting); use one server or Sentinel"
-            )));
-        }
+        self.redisson_names("semaphore", name)?;
         Ok(crate::semaphore::Semaphore::redisson(
             self.inner.clone(),
             names,

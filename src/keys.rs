@@ -163,6 +163,23 @@ impl Names {
         self
     }
 
+    /// The same read-write lock in Redisson's layout
+    /// (`lua/rrw_shared.lua`): its channel is Redisson's
+    /// `redisson_rwlock:{PN}`; the hash stays at the name and the write
+    /// side's token counter stays lockwarden's (Redisson's read-write lock
+    /// has none).
+    pub(crate) fn redisson_rw(mut self) -> Names {
+        let tagged = self.redisson_tagged();
+        self.channel = format!("redisson_rwlock:{tagged}").into();
+        self
+    }
+
+    /// The name in braces (or as it is when it has a brace): the prefix of
+    /// Redisson's companion keys of the lock `lock`.
+    pub(crate) fn redisson_tag(&self) -> String {
+        self.redisson_tagged()
+    }
+
     /// Redisson's set of expiring permits for this name, were it a
     /// Redisson semaphore (`status` reads one there).
     pub(crate) fn redisson_timeouts(&self) -> Str {

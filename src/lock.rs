@@ -71,6 +71,10 @@ pub(crate) enum Kind {
     /// A semaphore in Redisson's layout: as `Permits`; waiters listen on
     /// Redisson's channel.
     RedissonPermits { total: u32, take: u32 },
+    /// The read side of a read-write lock in Redisson's layout.
+    RedissonRead,
+    /// The write side of a read-write lock in Redisson's layout.
+    RedissonWrite,
 }
 
 impl Kind {
@@ -84,6 +88,8 @@ impl Kind {
             Kind::FairPermits { total, take } => crate::protocol::fair_permits(total, take),
             Kind::Redisson => crate::protocol::redisson(),
             Kind::RedissonPermits { total, take } => crate::protocol::redisson_permits(total, take),
+            Kind::RedissonRead => crate::protocol::redisson_side(true),
+            Kind::RedissonWrite => crate::protocol::redisson_side(false),
         }
     }
 }
@@ -95,10 +101,10 @@ impl Lock {
             keys: Arc::new(LockKeys::new(
                 // A semaphore's names come from its handle
                 // (`Names::redisson_semaphore` for `RedissonPermits`).
-                if kind == Kind::Redisson {
-                    names.redisson()
-                } else {
-                    names
+                match kind {
+                    Kind::Redisson => names.redisson(),
+                    Kind::RedissonRead | Kind::RedissonWrite => names.redisson_rw(),
+                    _ => names,
                 },
                 kind.protocol(),
             )),
@@ -532,9 +538,12 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read | Kind::Permits { .. } | Kind::Redisson | Kind::RedissonPermits { .. } => {
-                crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await
-            }
+            Kind::Read
+            | Kind::Permits { .. }
+            | Kind::Redisson
+            | Kind::RedissonPermits { .. }
+            | Kind::RedissonRead
+            | Kind::RedissonWrite => crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await,
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }

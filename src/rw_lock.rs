@@ -36,6 +36,15 @@ pub struct RwLock {
 }
 
 impl RwLock {
+    /// A read-write lock in Redisson's layout (see
+    /// [`Client::redisson_rw_lock`](crate::Client::redisson_rw_lock)).
+    pub(crate) fn redisson(core: Arc<Core>, names: Names) -> RwLock {
+        RwLock {
+            read: Lock::new(core.clone(), names.clone(), Kind::RedissonRead),
+            write: Lock::new(core, names, Kind::RedissonWrite),
+        }
+    }
+
     pub(crate) fn new(core: Arc<Core>, names: Names) -> RwLock {
         RwLock {
             read: Lock::new(core.clone(), names.clone(), Kind::Read),

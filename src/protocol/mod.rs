@@ -116,6 +116,8 @@ static FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(fair::Fair));
 static READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: true }));
 static WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: false }));
 static REDISSON: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonLock));
+static REDISSON_READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonSide { read: true }));
+static REDISSON_WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonSide { read: false }));
 
 /// The reentrant lock: any owner may take a free lock; waiters race.
 pub(crate) fn reentrant() -> Kind {
@@ -140,6 +142,15 @@ pub(crate) fn write() -> Kind {
 /// The reentrant lock in Redisson's layout.
 pub(crate) fn redisson() -> Kind {
     REDISSON.clone()
+}
+
+/// One side of a read-write lock in Redisson's layout.
+pub(crate) fn redisson_side(read: bool) -> Kind {
+    if read {
+        REDISSON_READ.clone()
+    } else {
+        REDISSON_WRITE.clone()
+    }
 }
 
 /// A semaphore in Redisson's layout of `total` permits (the handle's), an
@@ -399,6 +410,7 @@ pub(crate) fn all_scripts() -> Vec<&'static Script> {
         fair_permits(1, 1),
         redisson(),
         redisson_permits(1, 1),
+        redisson_side(false),
     ] {
         all.extend(kind.scripts());
     }

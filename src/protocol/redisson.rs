@@ -157,3 +157,103 @@ pub(crate) fn number<'a>(keys: &'a Names, what: super::semaphore::Number, handle
         first_send: None,
     }
 }
+
+static RRW_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "rrw_shared.lua", "rrw_acquire.lua")));
+static RRW_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "rrw_shared.lua", "rrw_release.lua")));
+static RRW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "force_unlock",
+        lua!("shared.lua", "rrw_shared.lua", "rrw_force_unlock.lua"),
+    )
+});
+
+/// The suffix of a write holder's field in Redisson's read-write lock.
+const WRITE_SUFFIX: &str = ":write";
+
+/// One side of a read-write lock in Redisson's layout (`lua/rrw_*.lua`):
+/// Redisson's hash at the name (`mode`, a reader's field is its owner
+/// field, the writer's its owner field followed by `:write`), a timeout
+/// key per level of each hold, Redisson's channel (`Names::redisson_rw`).
+pub(super) struct RedissonSide {
+    pub(super) read: bool,
+}
+
+impl RedissonSide {
+    fn side(&self) -> Value {
+        lit(if self.read { "read" } else { "write" })
+    }
+}
+
+impl Protocol for RedissonSide {
+    fn label(&self) -> &'static str {
+        if self.read {
+            "redisson_read"
+        } else {
+            "redisson_write"
+        }
+    }
+
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RRW_ACQUIRE,
+            keys: vec![&keys.lock, &keys.token, rec],
+            args: vec![
+                name(a.owner),
+                ms(a.lease).into(),
+                ms(env.record_ttl).into(),
+                first_send_flag(!a.resent),
+                self.side(),
+                keys.redisson_tag().into(),
+            ],
+            first_send: Some(3),
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        let mut args = channel_release_args(r, env);
+        args.push(self.side());
+        args.push(keys.redisson_tag().into());
+        Call {
+            script: &RRW_RELEASE,
+            keys: vec![&keys.lock, &keys.channel, rec],
+            args,
+            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&RRW_ACQUIRE, &RRW_RELEASE, &RRW_FORCE_UNLOCK]
+    }
+
+    /// Redisson's fields: a reader's is its owner field, a writer's the
+    /// owner field followed by `:write`.
+    fn field(&self, owner: &str) -> Option<String> {
+        let base = owner.strip_suffix(WRITE_SUFFIX);
+        match (self.read, base) {
+            (true, Some(base)) => Some(base.to_string()),
+            (false, None) => Some(format!("{owner}{WRITE_SUFFIX}")),
+            _ => None,
+        }
+    }
+
+    fn locked_by(&self) -> Option<fn(&str) -> bool> {
+        Some(if self.read {
+            |f| !f.ends_with(WRITE_SUFFIX)
+        } else {
+            |f| f.ends_with(WRITE_SUFFIX)
+        })
+    }
+
+    /// Frees the lock only while this side holds it (Redisson's
+    /// `forceUnlock` of that side).
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+        Call {
+            script: &RRW_FORCE_UNLOCK,
+            keys: vec![&keys.lock, &keys.channel],
+            args: vec![lit(env.publish), self.side()],
+            first_send: None,
+        }
+    }
+}
