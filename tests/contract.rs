@@ -30,9 +30,13 @@ enum K {
     /// A permit of a semaphore in Redisson's layout
     /// (`Client::redisson_semaphore`).
     RedissonPermit,
+    /// The sides of a read-write lock in Redisson's layout
+    /// (`Client::redisson_rw_lock`).
+    RedissonRead,
+    RedissonWrite,
 }
 
-const KINDS: [K; 9] = [
+const KINDS: [K; 11] = [
     K::Reentrant,
     K::Fair,
     K::Read,
@@ -42,6 +46,8 @@ const KINDS: [K; 9] = [
     K::Multi,
     K::Redisson,
     K::RedissonPermit,
+    K::RedissonRead,
+    K::RedissonWrite,
 ];
 
 impl K {
@@ -51,6 +57,7 @@ impl K {
     fn rival(self) -> K {
         match self {
             K::Read => K::Write,
+            K::RedissonRead => K::RedissonWrite,
             k => k,
         }
     }
@@ -58,7 +65,10 @@ impl K {
     /// Whether its holds carry a fresh fencing token (a reader carries the
     /// last writer's; a permit none).
     fn fenced(self) -> bool {
-        !matches!(self, K::Read | K::Permit | K::FairPermit | K::RedissonPermit)
+        !matches!(
+            self,
+            K::Read | K::Permit | K::FairPermit | K::RedissonPermit | K::RedissonRead
+        )
     }
 
     /// The name of the kind in `Error::WrongKind`.
@@ -71,6 +81,7 @@ impl K {
             K::FairPermit => "fair semaphore",
             K::Redisson => "Redisson lock",
             K::RedissonPermit => "Redisson semaphore",
+            K::RedissonRead | K::RedissonWrite => "Redisson read-write lock",
         }
     }
 
@@ -80,7 +91,9 @@ impl K {
     fn refused_on(self, dep: Dep) -> bool {
         match self {
             K::Permit | K::FairPermit => dep == Dep::Quorum,
-            K::Redisson | K::RedissonPermit => matches!(dep, Dep::Quorum | Dep::Cluster),
+            K::Redisson | K::RedissonPermit | K::RedissonRead | K::RedissonWrite => {
+                matches!(dep, Dep::Quorum | Dep::Cluster)
+            }
             _ => false,
         }
     }
@@ -172,6 +185,18 @@ async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> loc
             .try_acquire(wait, lease)
             .await?
             .map(Held::P),
+        K::RedissonRead => c
+            .redisson_rw_lock(name)?
+            .read()
+            .try_lock(wait, lease)
+            .await?
+            .map(Held::G),
+        K::RedissonWrite => c
+            .redisson_rw_lock(name)?
+            .write()
+            .try_lock(wait, lease)
+            .await?
+            .map(Held::G),
         K::Multi => c
             .multi_lock(&[name.to_string(), second(name)])?
             .try_lock(wait, lease)
@@ -292,6 +317,7 @@ impl Setup {
             c.starts_with(lockwarden::NAMESPACE)
                 || c.starts_with("redisson_lock__channel:")
                 || c.starts_with("redisson_sc:")
+                || c.starts_with("redisson_rwlock:")
         });
         all
     }
@@ -855,6 +881,44 @@ async fn renewals_never_shorten_an_extended_hold() {
             );
             held.release().await.unwrap();
         }
+        // Redisson's layouts keep a hold's lease as a TTL (a read-write
+        // lock's level key) or a score (a semaphore's member).
+        for k in [K::RedissonRead, K::RedissonWrite, K::RedissonPermit] {
+            let name = format!("ext-{k:?}");
+            let held = take(&c, k, &name, Duration::ZERO, Lease::Watchdog)
+                .await
+                .unwrap()
+                .expect("free");
+            let left_ms = || match &held {
+                Held::G(g) => {
+                    let key = format!("{{{name}}}:{}:rwlock_timeout:1", g.owner().field());
+                    server.cmd(&["PTTL", &key]).as_int().unwrap()
+                }
+                Held::P(p) => {
+                    let at = server
+                        .cmd(&["ZSCORE", &format!("{{{name}}}:timeout"), &p.id()])
+                        .as_int()
+                        .unwrap();
+                    let t = server.cmd(&["TIME"]).strings();
+                    at - (t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000)
+                }
+                Held::M(_) => unreachable!(),
+            };
+            held.extend(Duration::from_secs(20)).await.unwrap();
+            assert!(left_ms() > 18_000, "{k:?}: extended to {}", left_ms());
+            tokio::time::sleep(Duration::from_millis(1700)).await;
+            assert!(
+                left_ms() > 15_000,
+                "{k:?}: a renewal moved the lease back to {}",
+                left_ms()
+            );
+            assert!(
+                held.validity() > Duration::from_secs(15),
+                "{k:?}: {:?}",
+                held.validity()
+            );
+            held.release().await.unwrap();
+        }
     })
     .await
 }
@@ -881,6 +945,10 @@ macro_rules! every_kind {
             async fn redisson() { super::$check(K::Redisson).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn redisson_permit() { super::$check(K::RedissonPermit).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redisson_read() { super::$check(K::RedissonRead).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redisson_write() { super::$check(K::RedissonWrite).await }
         }
     )*};
 }
@@ -969,6 +1037,8 @@ async fn a_redisson_semaphore_and_the_other_kinds_never_share_a_name() {
             K::FairPermit,
             K::Multi,
             K::Redisson,
+            K::RedissonRead,
+            K::RedissonWrite,
         ];
         for k in others {
             let held = take(&a, k, name, Duration::ZERO, Lease::Watchdog)
@@ -979,7 +1049,8 @@ async fn a_redisson_semaphore_and_the_other_kinds_never_share_a_name() {
             for wait in [Duration::ZERO, Duration::from_millis(300)] {
                 match take(&b, K::RedissonPermit, name, wait, Lease::Watchdog).await {
                     Err(Error::WrongKind { found, .. }) => assert_eq!(found, k.found(), "over {k:?}"),
-                    Err(Error::HeldByRedisson { .. }) if k == K::Redisson => {}
+                    Err(Error::HeldByRedisson { .. })
+                        if matches!(k, K::Redisson | K::RedissonRead | K::RedissonWrite) => {}
                     other => panic!("a Redisson semaphore over {k:?}: {other:?}"),
                 }
             }
