@@ -153,7 +153,14 @@ impl RedisServer {
     /// usual binary) with `extra` arguments, and waits (at most 10 s) until
     /// the replica's link is up.
     pub fn start_master_with_replica(bin: Option<&str>, extra: &[&str]) -> (RedisServer, RedisServer) {
-        let master = RedisServer::start_bin(bin, extra);
+        // The first sync from a snapshot on disk starts at once (a
+        // diskless one waits `repl-diskless-sync-delay`, 5 s, for more
+        // replicas), and the replica counts for WAIT as soon as the
+        // snapshot is sent (a diskless one only after its first
+        // acknowledgement, up to a second later).
+        let mut master_args = vec!["--repl-diskless-sync", "no"];
+        master_args.extend_from_slice(extra);
+        let master = RedisServer::start_bin(bin, &master_args);
         let port = master.port.to_string();
         let mut args = extra.to_vec();
         args.extend_from_slice(&["--replicaof", "127.0.0.1", &port]);
