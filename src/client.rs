@@ -232,8 +232,11 @@ impl ClientBuilder {
     /// (`redisson_lock_token:{name}`). Off by default. The other kinds
     /// (fair lock, fair semaphore) keep lockwarden's
     /// layout, which a Redisson client never takes while held; the
-    /// README's "Beside Redisson" has the table. One server or Sentinel
-    /// only: `build()` refuses it over a quorum or a cluster.
+    /// README's "Beside Redisson" has the table. One deployment (a server,
+    /// Sentinel or a cluster): `build()` refuses it over a quorum. On a
+    /// cluster the wake-ups go by sharded pub/sub (`SPUBLISH`), as
+    /// Redisson's do there by default on Redis 7 (its
+    /// `shardedSubscriptionMode` `AUTO`).
     pub fn redisson_compatible(mut self, on: bool) -> Self {
         self.options.redisson_compatible = on;
         self
@@ -296,13 +299,6 @@ impl ClientBuilder {
             )));
         }
         let settings = self.options.check(n)?;
-        if settings.redisson_compatible && configs.iter().any(|c| c.server.is_clustered()) {
-            return Err(Error::Config(
-                "redisson_compatible is not supported on a cluster yet (Redisson's channels there depend on \
-                 its sharded pub/sub setting): use one server or Sentinel"
-                    .into(),
-            ));
-        }
         let command_timeout = settings.command_timeout;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be built inside a tokio runtime".into()))?;
@@ -457,26 +453,20 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::lock`]; [`Error::Config`] over a quorum of masters
-    /// (Redisson's lock lives on one deployment) and, for now, on a
-    /// cluster.
+    /// (Redisson's lock lives on one deployment).
     pub fn redisson_lock(&self, name: &str) -> Result<Lock> {
         let names = self.redisson_names("lock", name)?;
         Ok(Lock::new(self.inner.clone(), names, Kind::Redisson))
     }
 
     /// The names of `name` for a kind in Redisson's layout, after the
-    /// checks every such kind shares: one server or Sentinel.
+    /// checks every such kind shares: one deployment (a server, Sentinel
+    /// or a cluster), not a quorum.
     fn redisson_names(&self, kind: &str, name: &str) -> Result<Names> {
         if self.inner.members.len() > 1 {
             return Err(Error::Config(format!(
                 "Redisson-compatible {kind} {name:?}: Redisson's {kind} lives on one deployment; a quorum of \
-                 independent masters has no Redisson layout to share (use one server or Sentinel)"
-            )));
-        }
-        if fred::prelude::ClientLike::is_clustered(&self.inner.members[0].node.client) {
-            return Err(Error::Config(format!(
-                "Redisson-compatible {kind} {name:?}: not supported on a cluster yet (Redisson's channels \
-                 there depend on its sharded pub/sub setting); use one server or Sentinel"
+                 independent masters has no Redisson layout to share (use one server, Sentinel or a cluster)"
             )));
         }
         Names::new(&self.inner.settings.prefix, name)
@@ -595,7 +585,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::semaphore`]; [`Error::Config`] on a cluster, for now.
+    /// As [`Client::semaphore`].
     pub fn redisson_semaphore(&self, name: &str, permits: u32) -> Result<crate::semaphore::Semaphore> {
         let names = self.semaphore_names(name, permits)?;
         self.redisson_names("semaphore", name)?;

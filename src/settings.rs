@@ -160,7 +160,7 @@ impl Options {
         if self.redisson_compatible && masters > 1 {
             return Err(Error::Config(
                 "redisson_compatible: Redisson's lock lives on one deployment; a quorum of independent \
-                 masters has no Redisson layout to share (use one server or Sentinel)"
+                 masters has no Redisson layout to share (use one server, Sentinel or a cluster)"
                     .into(),
             ));
         }

@@ -91,9 +91,7 @@ impl K {
     fn refused_on(self, dep: Dep) -> bool {
         match self {
             K::Permit | K::FairPermit => dep == Dep::Quorum,
-            K::Redisson | K::RedissonPermit | K::RedissonRead | K::RedissonWrite => {
-                matches!(dep, Dep::Quorum | Dep::Cluster)
-            }
+            K::Redisson | K::RedissonPermit | K::RedissonRead | K::RedissonWrite => dep == Dep::Quorum,
             _ => false,
         }
     }
@@ -384,14 +382,13 @@ async fn assert_nothing_left(setup: &Setup, what: &str) {
         let mut keys = setup.keys("*");
         keys.retain(|k| !k.ends_with(":token") && !k.contains(":req:") && !k.starts_with("redisson_lock_token:"));
         keys.retain(|k| {
-            // Only on one server or Sentinel (a Redisson semaphore is refused elsewhere).
-            let counter = setup.cluster.is_none()
-                && setup
-                    .masters
-                    .iter()
-                    .any(|m| m.cmd(&["TYPE", k]).as_str() == Some("string"));
+            let servers: Vec<&RedisServer> = match &setup.cluster {
+                Some(c) => vec![c.node_for(k)],
+                None => setup.masters.iter().collect(),
+            };
+            let counter = servers.iter().any(|m| m.cmd(&["TYPE", k]).as_str() == Some("string"));
             if counter {
-                let at = setup.masters.iter().find_map(|m| m.cmd(&["GET", k]).as_int());
+                let at = servers.iter().find_map(|m| m.cmd(&["GET", k]).as_int());
                 assert_eq!(
                     at,
                     Some(1),
