@@ -17,7 +17,9 @@
 --
 -- Returns
 --   {1, token, count}  acquired: fresh (count 1, token from next_token on
---                      KEYS[2]) or re-entered (the hold's own ':token')
+--                      KEYS[2]) or re-entered (the hold's own ':token';
+--                      the counter still moves on, as RFencedLock's does
+--                      on a re-entry)
 --   {0, pttl}          held by another owner, Redisson's or lockwarden's;
 --                      pttl is its remaining lease in ms
 --   error "WRONGKIND <kind>" when KEYS[1] is a lockwarden lock of its own
@@ -49,6 +51,11 @@ if pttl == -2 then
   return {1, token, 1}
 end
 if got[1] then
+  -- RFencedLock takes a token on every acquisition, re-entries included:
+  -- so does this one (the counter moves as Redisson's would), while the
+  -- hold keeps its own token, which its release checks.
+  local _, refusal = next_token(2)
+  if refusal then return refusal end
   local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   local token = tonumber(got[2] or '0')
