@@ -480,9 +480,34 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::lock`].
+    ///
+    /// With [`ClientBuilder::redisson_compatible`], the lock is
+    /// [`Client::redisson_fair_lock`]'s.
     pub fn fair_lock(&self, name: &str) -> Result<Lock> {
+        if self.inner.settings.redisson_compatible {
+            return self.redisson_fair_lock(name);
+        }
         let names = Names::new(&self.inner.settings.prefix, name)?;
         Ok(Lock::new(self.inner.clone(), names, Kind::Fair))
+    }
+
+    /// A handle on the fair lock `name` in Redisson's layout, shared with
+    /// Java services using Redisson's `RFairLock` on the same name: one
+    /// queue, served in order across both libraries; an unlock wakes only
+    /// the head, on its own channel (`redisson_lock__channel:{name}:<owner>`).
+    /// Same API and guarantees as [`Client::fair_lock`] but for Redisson's
+    /// queue rules: a waiter that stops waiting without leaving (a process
+    /// killed) keeps its place until Redisson's thread wait time (5
+    /// minutes past the waiter before it) passes, and a free lock is
+    /// handed over by message, not by a direct grant (README, "Beside
+    /// Redisson"). Creating it talks to no server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::redisson_lock`].
+    pub fn redisson_fair_lock(&self, name: &str) -> Result<Lock> {
+        let names = self.redisson_names("fair lock", name)?;
+        Ok(Lock::new(self.inner.clone(), names, Kind::RedissonFair))
     }
 
     /// A handle on the read-write lock `name`: many readers or one writer

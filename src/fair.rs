@@ -89,12 +89,14 @@ pub(crate) struct FairWait<'a> {
 }
 
 impl<'a> FairWait<'a> {
-    /// The wait of `owner`; `will_wait`: more than one attempt.
-    pub(crate) fn new(t: Target<'a>, owner: &'a Str, will_wait: bool) -> FairWait<'a> {
+    /// The wait of `owner`; `will_wait`: more than one attempt; `grants`:
+    /// the kind hands the lock to its head directly (lockwarden's fair
+    /// kinds; Redisson's fair lock only wakes it).
+    pub(crate) fn new(t: Target<'a>, owner: &'a Str, will_wait: bool, grants: bool) -> FairWait<'a> {
         // Direct grants need one master, and none of the replica or disk
         // confirmations: a grant is written by the unlock, and only the
         // waiter's own write can be waited for.
-        let direct = will_wait && t.core.members.len() == 1 && !t.core.settings.confirmed_writes;
+        let direct = grants && will_wait && t.core.members.len() == 1 && !t.core.settings.confirmed_writes;
         let request = direct.then(crate::keys::fresh_request_id);
         let refresh = t.core.settings.waiter_timeout / 3;
         FairWait {

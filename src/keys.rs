@@ -174,6 +174,20 @@ impl Names {
         self
     }
 
+    /// The same fair lock in Redisson's layout (`lua/rfair_shared.lua`):
+    /// Redisson's channel and token counter (as `Names::redisson`), its
+    /// waiters' list `redisson_lock_queue:{PN}` and times
+    /// `redisson_lock_timeout:{PN}`, and its waiters' channels
+    /// `redisson_lock__channel:{PN}:<owner field>` (the wake prefix).
+    pub(crate) fn redisson_fair(self) -> Names {
+        let mut names = self.redisson();
+        let tagged = names.redisson_tagged();
+        names.queue = format!("redisson_lock_queue:{tagged}").into();
+        names.timeouts = format!("redisson_lock_timeout:{tagged}").into();
+        names.wake_prefix = format!("redisson_lock__channel:{tagged}:").into();
+        names
+    }
+
     /// The name in braces (or as it is when it has a brace): the prefix of
     /// Redisson's companion keys of the lock `lock`.
     pub(crate) fn redisson_tag(&self) -> String {

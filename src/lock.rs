@@ -71,6 +71,9 @@ pub(crate) enum Kind {
     /// A semaphore in Redisson's layout: as `Permits`; waiters listen on
     /// Redisson's channel.
     RedissonPermits { total: u32, take: u32 },
+    /// The fair lock in Redisson's layout: waits as `Fair` does, without
+    /// direct grants, each waiter on its own Redisson channel.
+    RedissonFair,
     /// The read side of a read-write lock in Redisson's layout.
     RedissonRead,
     /// The write side of a read-write lock in Redisson's layout.
@@ -88,6 +91,7 @@ impl Kind {
             Kind::FairPermits { total, take } => crate::protocol::fair_permits(total, take),
             Kind::Redisson => crate::protocol::redisson(),
             Kind::RedissonPermits { total, take } => crate::protocol::redisson_permits(total, take),
+            Kind::RedissonFair => crate::protocol::redisson_fair(),
             Kind::RedissonRead => crate::protocol::redisson_side(true),
             Kind::RedissonWrite => crate::protocol::redisson_side(false),
         }
@@ -103,6 +107,7 @@ impl Lock {
                 // (`Names::redisson_semaphore` for `RedissonPermits`).
                 match kind {
                     Kind::Redisson => names.redisson(),
+                    Kind::RedissonFair => names.redisson_fair(),
                     Kind::RedissonRead | Kind::RedissonWrite => names.redisson_rw(),
                     _ => names,
                 },
@@ -533,9 +538,12 @@ impl Lock {
                     .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
                 crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t, channel)).await
             }
-            Kind::Fair | Kind::FairPermits { .. } => {
+            Kind::Fair | Kind::FairPermits { .. } | Kind::RedissonFair => {
                 let will_wait = wait != Some(Duration::ZERO);
-                let policy = FairWait::new(t, &pin.owner.field, will_wait);
+                // Redisson's unlock wakes the head on its own channel with
+                // no grant in the message.
+                let direct = self.kind != Kind::RedissonFair;
+                let policy = FairWait::new(t, &pin.owner.field, will_wait, direct);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
             Kind::Read

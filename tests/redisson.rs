@@ -390,14 +390,22 @@ fn the_command_takes_redisson_compatible_locks() {
 async fn reentries_move_the_fenced_lock_counter_as_redisson_does() {
     bounded(BOUND, async {
         let server = RedisServer::start();
-        let c = Client::builder(&server.url()).redisson_compatible(true).build().await.unwrap();
+        let c = Client::builder(&server.url())
+            .redisson_compatible(true)
+            .build()
+            .await
+            .unwrap();
         let lock = c.lock("fenced").unwrap();
         let counter = || server.cmd(&["GET", "redisson_lock_token:{fenced}"]).as_int().unwrap() as u64;
         let outer = lock.lock().await.unwrap();
         assert_eq!(counter(), outer.token());
         let inner = lock.lock().await.unwrap();
         assert_eq!(inner.token(), outer.token(), "one token per hold");
-        assert_eq!(counter(), outer.token() + 1, "the re-entry took a token, as RFencedLock's does");
+        assert_eq!(
+            counter(),
+            outer.token() + 1,
+            "the re-entry took a token, as RFencedLock's does"
+        );
         let first = outer.token();
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();

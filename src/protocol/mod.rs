@@ -116,6 +116,7 @@ static FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(fair::Fair));
 static READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: true }));
 static WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(rw::Side { read: false }));
 static REDISSON: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonLock));
+static REDISSON_FAIR: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonFair));
 static REDISSON_READ: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonSide { read: true }));
 static REDISSON_WRITE: LazyLock<Kind> = LazyLock::new(|| Arc::new(redisson::RedissonSide { read: false }));
 
@@ -142,6 +143,11 @@ pub(crate) fn write() -> Kind {
 /// The reentrant lock in Redisson's layout.
 pub(crate) fn redisson() -> Kind {
     REDISSON.clone()
+}
+
+/// The fair lock in Redisson's layout.
+pub(crate) fn redisson_fair() -> Kind {
+    REDISSON_FAIR.clone()
 }
 
 /// One side of a read-write lock in Redisson's layout.
@@ -411,6 +417,7 @@ pub(crate) fn all_scripts() -> Vec<&'static Script> {
         redisson(),
         redisson_permits(1, 1),
         redisson_side(false),
+        redisson_fair(),
     ] {
         all.extend(kind.scripts());
     }

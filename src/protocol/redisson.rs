@@ -257,3 +257,86 @@ impl Protocol for RedissonSide {
         }
     }
 }
+
+static RFAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "rfair_shared.lua", "rfair_acquire.lua")));
+static RFAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", lua!("shared.lua", "rfair_shared.lua", "rfair_release.lua")));
+static RFAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("leave", lua!("shared.lua", "rfair_shared.lua", "rfair_leave.lua")));
+static RFAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "force_unlock",
+        lua!("shared.lua", "rfair_shared.lua", "rfair_force_unlock.lua"),
+    )
+});
+
+/// Redisson's `threadWaitTime` of its fair lock (its default, 5 minutes):
+/// how much later than the waiter before it a queued waiter is dropped
+/// from the queue when it has not taken the lock.
+pub(crate) const THREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The fair lock in Redisson's layout (`lua/rfair_*.lua`): RLock's hash,
+/// Redisson's queue, waiters' times and per-waiter channels
+/// (`Names::redisson_fair`).
+pub(super) struct RedissonFair;
+
+impl Protocol for RedissonFair {
+    fn label(&self) -> &'static str {
+        "redisson_fair"
+    }
+
+    fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        Call {
+            script: &RFAIR_ACQUIRE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, rec],
+            args: vec![
+                name(a.owner),
+                ms(a.lease).into(),
+                ms(env.record_ttl).into(),
+                lit(if a.waiting.waits() { "wait" } else { "try" }),
+                ms(THREAD_WAIT).into(),
+            ],
+            first_send: None,
+        }
+    }
+
+    fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
+        let mut args = channel_release_args(r, env);
+        args.push(name(&keys.wake_prefix));
+        Call {
+            script: &RFAIR_RELEASE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, rec],
+            args,
+            first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
+        }
+    }
+
+    fn scripts(&self) -> Vec<&'static Script> {
+        vec![&RFAIR_ACQUIRE, &RFAIR_RELEASE, &RFAIR_LEAVE, &RFAIR_FORCE_UNLOCK]
+    }
+
+    /// The waiter leaves the queue, as Redisson's does when it gives up.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+        Some(Call {
+            script: &RFAIR_LEAVE,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts],
+            args: vec![
+                name(owner),
+                ms(THREAD_WAIT).into(),
+                name(&keys.wake_prefix),
+                lit(env.publish),
+            ],
+            first_send: None,
+        })
+    }
+
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+        Call {
+            script: &RFAIR_FORCE_UNLOCK,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts],
+            args: vec![lit(env.publish), name(&keys.wake_prefix)],
+            first_send: None,
+        }
+    }
+}
