@@ -34,9 +34,11 @@ enum K {
     /// (`Client::redisson_rw_lock`).
     RedissonRead,
     RedissonWrite,
+    /// The fair lock in Redisson's layout (`Client::redisson_fair_lock`).
+    RedissonFair,
 }
 
-const KINDS: [K; 11] = [
+const KINDS: [K; 12] = [
     K::Reentrant,
     K::Fair,
     K::Read,
@@ -48,6 +50,7 @@ const KINDS: [K; 11] = [
     K::RedissonPermit,
     K::RedissonRead,
     K::RedissonWrite,
+    K::RedissonFair,
 ];
 
 impl K {
@@ -79,7 +82,7 @@ impl K {
             K::Read | K::Write => "read-write lock",
             K::Permit => "semaphore",
             K::FairPermit => "fair semaphore",
-            K::Redisson => "Redisson lock",
+            K::Redisson | K::RedissonFair => "Redisson lock",
             K::RedissonPermit => "Redisson semaphore",
             K::RedissonRead | K::RedissonWrite => "Redisson read-write lock",
         }
@@ -91,7 +94,9 @@ impl K {
     fn refused_on(self, dep: Dep) -> bool {
         match self {
             K::Permit | K::FairPermit => dep == Dep::Quorum,
-            K::Redisson | K::RedissonPermit | K::RedissonRead | K::RedissonWrite => dep == Dep::Quorum,
+            K::Redisson | K::RedissonFair | K::RedissonPermit | K::RedissonRead | K::RedissonWrite => {
+                dep == Dep::Quorum
+            }
             _ => false,
         }
     }
@@ -183,6 +188,7 @@ async fn take(c: &Client, k: K, name: &str, wait: Duration, lease: Lease) -> loc
             .try_acquire(wait, lease)
             .await?
             .map(Held::P),
+        K::RedissonFair => c.redisson_fair_lock(name)?.try_lock(wait, lease).await?.map(Held::G),
         K::RedissonRead => c
             .redisson_rw_lock(name)?
             .read()
@@ -946,6 +952,8 @@ macro_rules! every_kind {
             async fn redisson_read() { super::$check(K::RedissonRead).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn redisson_write() { super::$check(K::RedissonWrite).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redisson_fair() { super::$check(K::RedissonFair).await }
         }
     )*};
 }
@@ -1034,6 +1042,7 @@ async fn a_redisson_semaphore_and_the_other_kinds_never_share_a_name() {
             K::FairPermit,
             K::Multi,
             K::Redisson,
+            K::RedissonFair,
             K::RedissonRead,
             K::RedissonWrite,
         ];
@@ -1047,7 +1056,7 @@ async fn a_redisson_semaphore_and_the_other_kinds_never_share_a_name() {
                 match take(&b, K::RedissonPermit, name, wait, Lease::Watchdog).await {
                     Err(Error::WrongKind { found, .. }) => assert_eq!(found, k.found(), "over {k:?}"),
                     Err(Error::HeldByRedisson { .. })
-                        if matches!(k, K::Redisson | K::RedissonRead | K::RedissonWrite) => {}
+                        if matches!(k, K::Redisson | K::RedissonFair | K::RedissonRead | K::RedissonWrite) => {}
                     other => panic!("a Redisson semaphore over {k:?}: {other:?}"),
                 }
             }
@@ -1513,6 +1522,7 @@ async fn a_redisson_holder_is_never_granted_over() {
                 let shared = matches!(
                     (k, layout),
                     (K::RedissonRead, Redisson::ReadLock)
+                        | (K::RedissonFair, Redisson::FairLock)
                         | (K::RedissonPermit, Redisson::Semaphore | Redisson::ExpirableSemaphore)
                 );
                 if shared {
@@ -1520,7 +1530,7 @@ async fn a_redisson_holder_is_never_granted_over() {
                 }
                 for wait in [Duration::ZERO, Duration::from_millis(300)] {
                     let own_layout = match k {
-                        K::Redisson => layout.found().is_some(),
+                        K::Redisson | K::RedissonFair => layout.found().is_some(),
                         K::RedissonRead | K::RedissonWrite => layout.found() == Some("a Redisson read-write lock"),
                         _ => false,
                     };
