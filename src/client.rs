@@ -221,17 +221,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Takes the locks of [`Client::lock`] (and of multi-locks), the
-    /// read-write locks of [`Client::rw_lock`] and the semaphores of
+    /// Takes the locks of [`Client::lock`] (and of multi-locks),
+    /// [`Client::fair_lock`], [`Client::rw_lock`] and the semaphores of
     /// [`Client::semaphore`] in Redisson's layout, so that Java services
-    /// using Redisson's `RLock` (or `RFencedLock`), `RReadWriteLock`,
-    /// `RSemaphore` or `RPermitExpirableSemaphore` and this client share
+    /// using Redisson's `RLock` (or `RFencedLock`), `RFairLock`,
+    /// `RReadWriteLock`, `RSemaphore` or `RPermitExpirableSemaphore` and
+    /// this client share
     /// names: they exclude each other (or count one set of permits), each
     /// wakes the other's waiters when it releases (on Redisson's channels),
     /// and fencing tokens come from Redisson's counter
-    /// (`redisson_lock_token:{name}`). Off by default. The other kinds
-    /// (fair lock, fair semaphore) keep lockwarden's
-    /// layout, which a Redisson client never takes while held; the
+    /// (`redisson_lock_token:{name}`). Off by default. The fair semaphore
+    /// (Redisson has none) keeps lockwarden's layout, which a Redisson
+    /// client never takes while held; the
     /// README's "Beside Redisson" has the table. One deployment (a server,
     /// Sentinel or a cluster): `build()` refuses it over a quorum. On a
     /// cluster the wake-ups go by sharded pub/sub (`SPUBLISH`), as

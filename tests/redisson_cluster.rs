@@ -1,4 +1,5 @@
-//! The Redisson-compatible kinds on a 3-primary cluster, beside a Redisson
+//! The Redisson-compatible kinds (lock, fair lock, semaphore, read-write
+//! lock) on a 3-primary cluster, beside a Redisson
 //! client acted by scripts of our own (node-redisson talks to one node
 //! only): on a Redis 7 cluster Redisson publishes its unlock messages by
 //! sharded pub/sub (`SPUBLISH`, its `shardedSubscriptionMode` `AUTO`), as
@@ -191,6 +192,42 @@ async fn locks_semaphores_and_rw_locks_cross_on_a_cluster() {
             eval(node, R_WRITE, &["doc", channel], &["60000", &writer]).as_str(),
             Some("OK")
         );
+        // The fair lock: a lockwarden waiter queued behind a Redisson
+        // holder is woken on its own channel by Redisson's unlock, and
+        // wakes a Redisson waiter queued behind it the same way.
+        let node = cluster.node_for("line");
+        let queue = "redisson_lock_queue:{line}";
+        assert_eq!(eval(node, R_LOCK, &["line"], &["60000", &owner]).as_str(), Some("OK"));
+        let fair = c.fair_lock("line").unwrap();
+        let waiter = {
+            let fair = fair.clone();
+            tokio::spawn(async move {
+                let g = fair.lock().await.unwrap();
+                (Instant::now(), g)
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || node.cmd(&["LLEN", queue]).as_int()
+                == Some(1))
+            .await
+        );
+        let head = node.cmd(&["LINDEX", queue, "0"]).as_str().unwrap().to_string();
+        let released = Instant::now();
+        node.cmd(&["DEL", "line"]);
+        node.cmd(&["SPUBLISH", &format!("redisson_lock__channel:{{line}}:{head}"), "0"]);
+        let (at, g) = waiter.await.unwrap();
+        assert!(
+            at - released < WOKEN_WITHIN,
+            "woke {:?} after Redisson's unlock",
+            at - released
+        );
+        let next = format!("{JAVA}:2");
+        node.cmd(&["RPUSH", queue, &next]);
+        node.cmd(&["ZADD", "redisson_lock_timeout:{line}", "99999999999999", &next]);
+        let mut sub = listen(&cluster, &format!("redisson_lock__channel:{{line}}:{next}"));
+        g.unlock().await.unwrap();
+        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+
         // A fixed-lease read of lockwarden's while nothing holds it: every
         // key it writes is in the name's slot (the script ran on one node).
         assert_eq!(

@@ -337,3 +337,37 @@ async fn a_dead_redisson_waiter_is_dropped_at_its_time() {
     })
     .await
 }
+
+/// The command: `run --fair --redisson-compatible` queues in Redisson's
+/// queue behind a Redisson holder and runs when woken.
+#[tokio::test]
+async fn the_command_queues_with_redisson() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = Redisson::new(&server, "cf", 1);
+        assert!(holder.lock(Duration::from_secs(60)));
+        let dir = std::env::temp_dir().join(format!("lockwarden-rfair-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+            .env_remove("LOCKWARDEN_REDIS")
+            .args(["--redis", &server.url(), "--redisson-compatible"])
+            .args(["run", "cf", "--fair", "--"])
+            .args(["sh", "-c", &format!("touch {}/in; sleep 1", dir.display())])
+            .spawn()
+            .unwrap();
+        assert!(eventually(Duration::from_secs(10), || holder.queue().len() == 1).await);
+        assert!(!dir.join("in").exists());
+        let released = Instant::now();
+        assert_eq!(holder.unlock(), 1);
+        assert!(eventually(WOKEN_WITHIN, || dir.join("in").exists()).await, "not woken");
+        assert!(released.elapsed() < WOKEN_WITHIN);
+        assert!(
+            !holder.lock(Duration::from_secs(60)),
+            "Redisson waits while the command runs"
+        );
+        assert!(run.wait().unwrap().success());
+        assert!(eventually(Duration::from_secs(3), || holder.lock(Duration::from_secs(60))).await);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+}

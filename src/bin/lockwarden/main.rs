@@ -60,10 +60,10 @@ struct Conn {
     /// their confirmations (default: 500ms).
     #[arg(long, value_name = "D", value_parser = duration)]
     replica_timeout: Option<Duration>,
-    /// Take plain locks, read-write locks and semaphores in Redisson's
-    /// layout, shared with Java services using Redisson's RLock,
-    /// RReadWriteLock, RSemaphore or RPermitExpirableSemaphore on the same
-    /// names (one server or Sentinel).
+    /// Take locks, fair locks, read-write locks and semaphores in
+    /// Redisson's layout, shared with Java services using Redisson's RLock,
+    /// RFairLock, RReadWriteLock, RSemaphore or RPermitExpirableSemaphore on
+    /// the same names (one server, Sentinel or a cluster).
     #[arg(long)]
     redisson_compatible: bool,
     #[command(flatten)]
