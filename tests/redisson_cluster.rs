@@ -63,13 +63,6 @@ fn listen(cluster: &RedisCluster, channel: &str) -> Resp {
     sub
 }
 
-fn message(sub: &mut Resp, limit: Duration) -> Option<String> {
-    match sub.next(limit)? {
-        Reply::Array(parts) => parts.get(2).and_then(|p| p.as_str().map(String::from)),
-        other => panic!("not a message: {other:?}"),
-    }
-}
-
 async fn compatible(cluster: &RedisCluster) -> Client {
     Client::builder(&cluster.url())
         .watchdog_lease(Duration::from_secs(30))
@@ -114,7 +107,7 @@ async fn locks_semaphores_and_rw_locks_cross_on_a_cluster() {
         );
         let mut sub = listen(&cluster, channel);
         g.unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
         assert_eq!(eval(node, R_LOCK, &["orders"], &["60000", &owner]).as_str(), Some("OK"));
         assert_eq!(eval(node, R_UNLOCK, &["orders", channel], &[&owner]).as_int(), Some(1));
 
@@ -148,7 +141,7 @@ async fn locks_semaphores_and_rw_locks_cross_on_a_cluster() {
         );
         let mut sub = listen(&cluster, channel);
         p.release().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
         assert_eq!(eval(node, R_SEM_TAKE, &["slots"], &[]).as_int(), Some(1));
 
         // The read-write lock: a Redisson writer, lockwarden readers.
@@ -187,7 +180,7 @@ async fn locks_semaphores_and_rw_locks_cross_on_a_cluster() {
         );
         let mut sub = listen(&cluster, channel);
         g.unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
         assert_eq!(
             eval(node, R_WRITE, &["doc", channel], &["60000", &writer]).as_str(),
             Some("OK")
@@ -226,7 +219,7 @@ async fn locks_semaphores_and_rw_locks_cross_on_a_cluster() {
         node.cmd(&["ZADD", "redisson_lock_timeout:{line}", "99999999999999", &next]);
         let mut sub = listen(&cluster, &format!("redisson_lock__channel:{{line}}:{next}"));
         g.unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
 
         // A fixed-lease read of lockwarden's while nothing holds it: every
         // key it writes is in the name's slot (the script ran on one node).

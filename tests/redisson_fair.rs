@@ -169,13 +169,6 @@ impl<'a> Redisson<'a> {
     }
 }
 
-fn message(sub: &mut Resp, limit: Duration) -> Option<String> {
-    match sub.next(limit)? {
-        Reply::Array(parts) => parts.get(2).and_then(|p| p.as_str().map(String::from)),
-        other => panic!("not a message: {other:?}"),
-    }
-}
-
 async fn compatible(server: &RedisServer) -> Client {
     Client::builder(&server.url())
         .watchdog_lease(Duration::from_secs(30))
@@ -228,12 +221,12 @@ async fn one_queue_served_in_order_across_both_libraries() {
         assert!(!w3.is_finished());
         assert_eq!(holder.queue(), queue[1..].to_vec(), "the head left the queue");
         assert!(
-            message(&mut r2_channel, Duration::from_millis(200)).is_none(),
+            Resp::message(&mut r2_channel, Duration::from_millis(200)).is_none(),
             "only the head is woken"
         );
         // lockwarden's unlock wakes Redisson's waiter, now the head, and only it.
         g1.unlock().await.unwrap();
-        assert_eq!(message(&mut r2_channel, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut r2_channel, WOKEN_WITHIN).as_deref(), Some("0"));
         let barging = a
             .fair_lock("q")
             .unwrap()
@@ -332,7 +325,7 @@ async fn a_dead_redisson_waiter_is_dropped_at_its_time() {
         again.unlock().await.unwrap();
         let mut sub = holder.listen();
         g.unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
         assert!(holder.lock(Duration::from_secs(60)));
     })
     .await

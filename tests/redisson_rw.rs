@@ -184,14 +184,6 @@ fn port_of(server: &RedisServer) -> u16 {
     server.url().rsplit(':').next().unwrap().parse().unwrap()
 }
 
-/// The next message on a subscription within `limit`.
-fn message(sub: &mut Resp, limit: Duration) -> Option<String> {
-    match sub.next(limit)? {
-        Reply::Array(parts) => parts.get(2).and_then(|p| p.as_str().map(String::from)),
-        other => panic!("not a message: {other:?}"),
-    }
-}
-
 async fn compatible(server: &RedisServer, watchdog: Duration) -> Client {
     Client::builder(&server.url())
         .watchdog_lease(watchdog)
@@ -383,12 +375,12 @@ async fn each_side_wakes_the_other() {
         assert!(!java.write(Duration::from_secs(60)));
         held.pop().unwrap().unlock().await.unwrap();
         held.pop().unwrap().unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("0"));
         // ...and "1" for a writer (Redisson wakes all its waiters on it).
         let w = rw.write().lock().await.unwrap();
         assert!(!java.read(Duration::from_secs(60)));
         w.unlock().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
         assert!(java.read(Duration::from_secs(60)));
         // A lockwarden writer waiting on Redisson's readers wakes at the last one's unlock.
         let write = rw.write().clone();
@@ -586,7 +578,7 @@ async fn kinds_force_unlock_status_and_the_command() {
         );
         let mut sub = java.listen();
         assert!(rw.write().force_unlock().await.unwrap());
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
         assert_eq!(server.cmd(&["EXISTS", "fw"]).as_int(), Some(0));
         // The command's shared hold keeps Redisson's writer out while it runs.
         let dir = std::env::temp_dir().join(format!("lockwarden-rrw-{}", std::process::id()));

@@ -131,14 +131,6 @@ impl<'a> Redisson<'a> {
     }
 }
 
-/// The next message on a subscription within `limit`.
-fn message(sub: &mut Resp, limit: Duration) -> Option<String> {
-    match sub.next(limit)? {
-        Reply::Array(parts) => parts.get(2).and_then(|p| p.as_str().map(String::from)),
-        other => panic!("not a message: {other:?}"),
-    }
-}
-
 async fn compatible(server: &RedisServer, watchdog: Duration) -> Client {
     Client::builder(&server.url())
         .watchdog_lease(watchdog)
@@ -197,7 +189,7 @@ async fn both_libraries_count_one_set_of_permits() {
         // lockwarden's release gives the permit back and tells Redisson's waiters the count.
         let mut sub = r.listen();
         p.release().await.unwrap();
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
         assert_eq!(r.count(), Some(1));
         assert!(r.members().is_empty());
         assert!(r.try_acquire_expiring("0123456789abcdef", Duration::from_secs(60)));
@@ -259,12 +251,12 @@ async fn each_side_wakes_the_other() {
         assert!(!r.try_acquire(1));
         let released = Instant::now();
         p.release().await.unwrap();
-        let msg = message(&mut sub, WOKEN_WITHIN);
+        let msg = Resp::message(&mut sub, WOKEN_WITHIN);
         assert_eq!(msg.as_deref(), Some("1"), "{:?} after the release", released.elapsed());
         assert!(r.try_acquire(1));
         // add_permits publishes too (a Redisson waiter wakes).
         assert_eq!(sem.add_permits(1).await.unwrap(), 1);
-        assert_eq!(message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
+        assert_eq!(Resp::message(&mut sub, WOKEN_WITHIN).as_deref(), Some("1"));
         assert_eq!(r.count(), Some(1));
     })
     .await

@@ -616,6 +616,16 @@ impl Resp {
         has_data.then(|| self.read())
     }
 
+    /// The payload of the next message (classic or sharded) on this
+    /// subscribed connection, or `None` after `limit` without one.
+    #[allow(dead_code)]
+    pub fn message(&mut self, limit: Duration) -> Option<String> {
+        match self.next(limit)? {
+            Reply::Array(parts) => parts.get(2).and_then(|p| p.as_str().map(String::from)),
+            other => panic!("not a message: {other:?}"),
+        }
+    }
+
     /// The next reply; a broken connection reads as an `Err` reply starting
     /// with `IO` (a node demoted by a failover drops its clients).
     fn read(&mut self) -> Reply {
