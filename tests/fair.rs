@@ -184,7 +184,6 @@ async fn twenty_queued_waiters_acquire_in_queue_order_every_time() {
                     eventually(Duration::from_secs(2), || queue_len(&server, &name) == want as i64).await,
                     "waiter {i} queued"
                 );
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             if rep == 20 {
                 tokio::time::sleep(evict * 3).await; // the first holder too holds long
