@@ -147,6 +147,52 @@ impl Client {
         })
     }
 
+    /// A handle on the read-write lock `name`: its two sides are blocking
+    /// [`Lock`]s (see [`crate::RwLock`]); no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::rw_lock`].
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        let rw = self.inner.rw_lock(name)?;
+        Ok(RwLock {
+            read: Lock {
+                inner: rw.read().clone(),
+                rt: self.rt.clone(),
+            },
+            write: Lock {
+                inner: rw.write().clone(),
+                rt: self.rt.clone(),
+            },
+        })
+    }
+
+    /// A handle on the semaphore `name` with `permits` permits, whose holds
+    /// expire (see [`crate::Semaphore`]); no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::semaphore`].
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Ok(Semaphore {
+            inner: self.inner.semaphore(name, permits)?,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// A handle on the fair semaphore `name` (permits in request order; see
+    /// [`crate::Client::fair_semaphore`]); no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::fair_semaphore`].
+    pub fn fair_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Ok(Semaphore {
+            inner: self.inner.fair_semaphore(name, permits)?,
+            rt: self.rt.clone(),
+        })
+    }
+
     /// The async client underneath.
     pub fn as_async(&self) -> &crate::client::Client {
         &self.inner
@@ -379,5 +425,180 @@ impl LockGuard {
         block(&self.rt, async {
             tokio::time::timeout(timeout, self.inner.lost()).await.ok()
         })
+    }
+}
+
+/// A blocking read-write lock: many readers or one writer (see
+/// [`crate::RwLock`]). Each side is a blocking [`Lock`] whose owner is the
+/// calling thread.
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl RwLock {
+    /// The read side: shared with other readers.
+    pub fn read(&self) -> &Lock {
+        &self.read
+    }
+
+    /// The write side: exclusive.
+    pub fn write(&self) -> &Lock {
+        &self.write
+    }
+}
+
+/// A blocking semaphore with expiring permits (see [`crate::Semaphore`]).
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: crate::semaphore::Semaphore,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Semaphore").field(&self.inner).finish()
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Takes one permit, waiting as long as it takes, with the watchdog
+    /// lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::acquire`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn acquire(&self) -> Result<Permit> {
+        self.permit(block(&self.rt, self.inner.acquire()))
+    }
+
+    /// Takes `n` permits if they come free within `wait` (zero: one
+    /// attempt), with `lease`; `None` when they did not.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::try_acquire_many`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn try_acquire_many(&self, n: u32, wait: Duration, lease: impl Into<Lease>) -> Result<Option<Permit>> {
+        match block(&self.rt, self.inner.try_acquire_many(n, wait, lease)) {
+            Ok(Some(p)) => self.permit(Ok(p)).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes one permit if one comes free within `wait`, with `lease`.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::try_acquire`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn try_acquire(&self, wait: Duration, lease: impl Into<Lease>) -> Result<Option<Permit>> {
+        self.try_acquire_many(1, wait, lease)
+    }
+
+    /// The permits free now.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::available_permits`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn available_permits(&self) -> Result<u64> {
+        block(&self.rt, self.inner.available_permits())
+    }
+
+    /// Gives back the permits of the acquisition `id`, whoever holds them.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::release_by_id`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn release_by_id(&self, id: &str) -> Result<()> {
+        block(&self.rt, self.inner.release_by_id(id))
+    }
+
+    /// The async semaphore underneath.
+    pub fn as_async(&self) -> &crate::semaphore::Semaphore {
+        &self.inner
+    }
+
+    fn permit(&self, r: Result<crate::semaphore::Permit>) -> Result<Permit> {
+        r.map(|inner| Permit {
+            inner,
+            rt: self.rt.clone(),
+        })
+    }
+}
+
+/// Permits held, from the blocking API. Dropping it without
+/// [`Permit::release`] gives them back at once in the background, on the
+/// client's runtime (it never blocks); `release` reports errors.
+#[must_use = "dropping the permit gives it back at once; keep it for the whole critical section"]
+pub struct Permit {
+    inner: crate::semaphore::Permit,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Permit").field(&self.inner).finish()
+    }
+}
+
+impl Permit {
+    /// Gives the permits back and waits for Redis to confirm.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Permit::release`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn release(self) -> Result<()> {
+        let Permit { inner, rt } = self;
+        block(&rt, inner.release())
+    }
+
+    /// How many permits this acquisition holds.
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
+    }
+
+    /// This acquisition's id (see [`crate::Permit::id`]).
+    pub fn id(&self) -> String {
+        self.inner.id()
+    }
+
+    /// Whether the permits were lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// How long the permits stay valid as far as Redis confirmed.
+    pub fn validity(&self) -> Duration {
+        self.inner.validity()
     }
 }

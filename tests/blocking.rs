@@ -107,3 +107,80 @@ fn calls_from_inside_an_async_runtime_are_refused_with_a_clear_panic() {
     });
     assert!(!lock.is_locked().unwrap(), "nothing was taken");
 }
+
+#[test]
+fn readers_share_and_a_writer_waits_for_them_from_threads() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let rw = client.rw_lock("doc").unwrap();
+    let r1 = rw.read().lock().unwrap();
+    let r2 = {
+        let rw = rw.clone();
+        std::thread::spawn(move || rw.read().try_lock(Duration::ZERO, LONG).unwrap().is_some())
+    };
+    assert!(r2.join().unwrap(), "another thread reads beside this one");
+    let writer = {
+        let rw = rw.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let g = rw
+                .write()
+                .try_lock(Duration::from_secs(10), LONG)
+                .unwrap()
+                .expect("written");
+            let waited = t.elapsed();
+            g.unlock().unwrap();
+            waited
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!writer.is_finished(), "the writer waits for the reader");
+    r1.unlock().unwrap();
+    let waited = writer.join().unwrap();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by the unlock, not the lease: {waited:?}"
+    );
+}
+
+#[test]
+fn threads_never_hold_more_permits_than_the_semaphore_has() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let sem = client.semaphore("pool", 2).unwrap();
+    let inside = Arc::new(AtomicU64::new(0));
+    let worst = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (sem, inside, worst) = (sem.clone(), inside.clone(), worst.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let p = sem.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    worst.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    p.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(worst.load(Ordering::SeqCst), 2, "never more than two, and both used");
+    assert_eq!(sem.available_permits().unwrap(), 2);
+    // A permit given back by its id, from another handle.
+    let p = sem
+        .try_acquire_many(2, Duration::ZERO, LONG)
+        .unwrap()
+        .expect("both free");
+    assert_eq!(p.permits(), 2);
+    assert!(sem.try_acquire(Duration::ZERO, LONG).unwrap().is_none());
+    client.semaphore("pool", 2).unwrap().release_by_id(&p.id()).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 2);
+    assert!(p.release().is_err(), "given back already");
+    let fair = client.fair_semaphore("fair-pool", 1).unwrap();
+    fair.acquire().unwrap().release().unwrap();
+}
