@@ -193,6 +193,19 @@ impl Client {
         })
     }
 
+    /// A handle on the count-down latch `name` (see
+    /// [`crate::CountDownLatch`]); no I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::count_down_latch`].
+    pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
+        Ok(CountDownLatch {
+            inner: self.inner.count_down_latch(name)?,
+            rt: self.rt.clone(),
+        })
+    }
+
     /// The async client underneath.
     pub fn as_async(&self) -> &crate::client::Client {
         &self.inner
@@ -600,5 +613,78 @@ impl Permit {
     /// How long the permits stay valid as far as Redis confirmed.
     pub fn validity(&self) -> Duration {
         self.inner.validity()
+    }
+}
+
+/// A blocking count-down latch (see [`crate::CountDownLatch`]).
+#[derive(Clone)]
+pub struct CountDownLatch {
+    inner: crate::latch::CountDownLatch,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::CountDownLatch").field(&self.inner).finish()
+    }
+}
+
+impl CountDownLatch {
+    /// The latch's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Sets the count, only when the latch is at zero or absent.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::CountDownLatch::try_set_count`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn try_set_count(&self, count: u64) -> Result<bool> {
+        block(&self.rt, self.inner.try_set_count(count))
+    }
+
+    /// Counts down by one; the count left.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::CountDownLatch::count_down`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn count_down(&self) -> Result<u64> {
+        block(&self.rt, self.inner.count_down())
+    }
+
+    /// The count now (`None`: no latch).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::CountDownLatch::count`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn count(&self) -> Result<Option<u64>> {
+        block(&self.rt, self.inner.count())
+    }
+
+    /// Blocks until the count reaches zero or `timeout` passes; whether it
+    /// reached zero.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::CountDownLatch::wait_for`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime (see the [module docs](self)).
+    pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        block(&self.rt, self.inner.wait_for(timeout))
     }
 }

@@ -184,3 +184,22 @@ fn threads_never_hold_more_permits_than_the_semaphore_has() {
     let fair = client.fair_semaphore("fair-pool", 1).unwrap();
     fair.acquire().unwrap().release().unwrap();
 }
+
+#[test]
+fn a_thread_waits_on_a_latch_until_others_count_it_down() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let latch = client.count_down_latch("ready").unwrap();
+    assert!(latch.try_set_count(2).unwrap());
+    let waiter = {
+        let latch = latch.clone();
+        std::thread::spawn(move || latch.wait_for(Duration::from_secs(10)).unwrap())
+    };
+    assert!(!latch.wait_for(Duration::from_millis(100)).unwrap(), "not at zero");
+    for _ in 0..2 {
+        let other = client.count_down_latch("ready").unwrap();
+        std::thread::spawn(move || other.count_down().unwrap()).join().unwrap();
+    }
+    assert!(waiter.join().unwrap(), "the waiter saw zero");
+    assert_eq!(latch.count().unwrap(), Some(0));
+}
