@@ -639,6 +639,11 @@ async fn stopped_holder_on(k: K, dep: Dep) {
         ));
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out).unwrap();
+        // Connected before the child takes the hold, so the stop follows
+        // the grant within a poll of `eventually`: the lease the rival must
+        // wait out runs from the grant (a cluster client takes a while to
+        // connect, which the stop would otherwise come after).
+        let rival = quiet_client_of(&setup, Duration::from_secs(30)).await;
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["stopped_holder_entry_point", "--exact", "--nocapture"])
             .env("LOCKWARDEN_TEST_CHILD_URL", &url)
@@ -654,7 +659,6 @@ async fn stopped_holder_on(k: K, dep: Dep) {
             eventually(Duration::from_secs(20), || out.join("held").exists()).await,
             "{what}: the child did not take the hold"
         );
-        let rival = quiet_client_of(&setup, Duration::from_secs(30)).await;
         // SAFETY: kill(2) on our own child with a valid signal.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGSTOP) };
         let stopped = Instant::now();
