@@ -144,7 +144,7 @@ impl Names {
     /// when it has a brace already, as Redisson names them). Both share the
     /// lock's cluster slot, as the other companions do.
     pub(crate) fn redisson(mut self) -> Names {
-        let tagged = self.redisson_tagged();
+        let tagged = self.redisson_tag();
         self.channel = format!("redisson_lock__channel:{tagged}").into();
         self.token = format!("redisson_lock_token:{tagged}").into();
         self
@@ -158,7 +158,7 @@ impl Names {
     pub(crate) fn redisson_semaphore(mut self) -> Names {
         self.permits = self.lock.clone();
         self.lock = self.redisson_timeouts();
-        let tagged = self.redisson_tagged_of(&self.permits);
+        let tagged = redisson_tag_of(&self.permits);
         self.channel = format!("redisson_sc:{tagged}").into();
         self
     }
@@ -169,7 +169,7 @@ impl Names {
     /// side's token counter stays lockwarden's (Redisson's read-write lock
     /// has none).
     pub(crate) fn redisson_rw(mut self) -> Names {
-        let tagged = self.redisson_tagged();
+        let tagged = self.redisson_tag();
         self.channel = format!("redisson_rwlock:{tagged}").into();
         self
     }
@@ -181,37 +181,33 @@ impl Names {
     /// `redisson_lock__channel:{PN}:<owner field>` (the wake prefix).
     pub(crate) fn redisson_fair(self) -> Names {
         let mut names = self.redisson();
-        let tagged = names.redisson_tagged();
+        let tagged = names.redisson_tag();
         names.queue = format!("redisson_lock_queue:{tagged}").into();
         names.timeouts = format!("redisson_lock_timeout:{tagged}").into();
         names.wake_prefix = format!("redisson_lock__channel:{tagged}:").into();
         names
     }
 
-    /// The name in braces (or as it is when it has a brace): the prefix of
-    /// Redisson's companion keys of the lock `lock`.
-    pub(crate) fn redisson_tag(&self) -> String {
-        self.redisson_tagged()
-    }
-
     /// Redisson's set of expiring permits for this name, were it a
     /// Redisson semaphore (`status` reads one there).
     pub(crate) fn redisson_timeouts(&self) -> Str {
-        format!("{}:timeout", self.redisson_tagged()).into()
+        format!("{}:timeout", self.redisson_tag()).into()
     }
 
-    /// The key in braces, or as it is when it has a brace already: how
-    /// Redisson names its companion keys.
-    fn redisson_tagged(&self) -> String {
-        self.redisson_tagged_of(&self.lock)
+    /// The lock key in braces, or as it is when it has a brace already:
+    /// the prefix of Redisson's companion keys.
+    pub(crate) fn redisson_tag(&self) -> String {
+        redisson_tag_of(&self.lock)
     }
+}
 
-    fn redisson_tagged_of(&self, key: &str) -> String {
-        if key.contains('{') {
-            key.to_string()
-        } else {
-            format!("{{{key}}}")
-        }
+/// `key` in braces, or as it is when it has a brace already: how Redisson
+/// names the companion keys of `key`.
+fn redisson_tag_of(key: &str) -> String {
+    if key.contains('{') {
+        key.to_string()
+    } else {
+        format!("{{{key}}}")
     }
 }
 
