@@ -107,9 +107,12 @@ async fn a_permit_freed_by_expiry_goes_to_the_queue_not_a_newcomer() {
         }
         let newcomer = client(&server.url(), LONG).await.fair_semaphore("expiry", 1).unwrap();
         loop {
-            let before = served.load(Ordering::SeqCst);
             if let Some(p) = newcomer.try_acquire(Duration::ZERO, None).await.unwrap() {
-                assert_eq!(before, 3, "a newcomer took the expired permit ahead of the queue");
+                // Read while the newcomer holds the one permit: a waiter
+                // counts itself before it releases, and none can be served
+                // meanwhile.
+                let served = served.load(Ordering::SeqCst);
+                assert_eq!(served, 3, "a newcomer took the expired permit ahead of the queue");
                 p.release().await.unwrap();
                 break;
             }
