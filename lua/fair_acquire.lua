@@ -46,8 +46,9 @@
 -- lost). A fresh take is recorded in the hash (':take', see
 -- shared_acquire.lua) and a re-entry at KEYS[5], so a replay acquires
 -- nothing more. A record that an unlock wrote when it granted the lock to this
--- waiter ("<token>:1:g") also sets the lease to ARGV[2] (never shortening)
--- while the grant's hold is still there. The queue keys live ARGV[9] ms
+-- waiter ("<token>:1:g") is the reply while the grant's hold is still there,
+-- and sets its lease to ARGV[2] (never shortening); a grant whose hold is
+-- gone (its lease ran out first) is deleted, and the attempt goes on. The queue keys live ARGV[9] ms
 -- past the last waiter's refresh. A record a leaving waiter marked "left"
 -- answers {0, -3}.
 
@@ -60,13 +61,19 @@ if rec then
     return {0, -3}
   end
   local token, count, granted = string.match(rec, '^(%d+):(%d+)(:?g?)$')
-  if granted == ':g' then
-    local held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token')
-    if not held.err and held[1] and held[2] == token then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    end
+  if granted ~= ':g' then
+    return {1, tonumber(token), tonumber(count)}
   end
-  return {1, tonumber(token), tonumber(count)}
+  local held = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token')
+  if not held.err and held[1] and held[2] == token then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    return {1, tonumber(token), tonumber(count)}
+  end
+  -- The grant's lease ran out before this wait claimed it (its process
+  -- was stopped past the waiter's deadline, which bounds a grant's lease):
+  -- the lock may be another's now. The grant is gone; the wait goes on as
+  -- any attempt, from the back of the queue.
+  redis.call('DEL', KEYS[5])
 end
 
 local t = redis.call('TIME')

@@ -776,3 +776,76 @@ async fn an_unlock_that_only_wakes_the_head_keeps_it_first_and_the_queue_expirin
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_expired_before_its_claim_is_not_taken_from_its_record() {
+    bounded(Duration::from_secs(30), async {
+        // A waiter paused past its grant's lease (cut to its queue
+        // deadline) comes back to a lock someone else holds: its record
+        // still says "granted", and must not be believed.
+        let server = RedisServer::start();
+        // Refreshes (attempts) every 0.5 s.
+        let c = fair_client(&server.url(), Duration::from_millis(1500)).await;
+        hold_as(&server, "expired-grant", "someone:1");
+        let lock = c.fair_lock("expired-grant").unwrap();
+        let (got_tx, mut got) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn(async move {
+            let g = lock
+                .try_lock(Duration::from_secs(10), LONG)
+                .await
+                .unwrap()
+                .expect("granted in the end");
+            let _ = got_tx.send(Instant::now());
+            g
+        });
+        assert!(eventually(Duration::from_secs(2), || server.command_calls("exists") >= 1).await);
+        assert_eq!(queue_len(&server, "expired-grant"), 1);
+        assert_eq!(
+            release_without_telling(&server, "expired-grant", "someone:1").as_int(),
+            Some(0)
+        );
+        assert_eq!(server.owners("expired-grant").len(), 1, "granted");
+        // The grant's lease runs out before the waiter's next attempt (as
+        // it would while the waiter's process is stopped), and another
+        // client takes the free lock.
+        server.cmd(&["PEXPIRE", "expired-grant", "1"]);
+        assert!(
+            eventually(Duration::from_secs(1), || server
+                .cmd(&["EXISTS", "expired-grant"])
+                .as_int()
+                == Some(0))
+            .await
+        );
+        let other = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let held = other
+            .fair_lock("expired-grant")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("free after the grant ran out");
+        // The waiter refreshes at least twice while the other holds.
+        let attempts = server.command_calls("evalsha");
+        let waiting = waiter.is_finished();
+        assert!(
+            !waiting,
+            "the waiter took the lock from its stale record while another held it"
+        );
+        assert!(
+            eventually(Duration::from_secs(3), || waiter.is_finished()
+                || server.command_calls("evalsha") >= attempts + 2)
+            .await
+        );
+        assert!(
+            !waiter.is_finished(),
+            "the waiter took the lock from its stale record while another held it"
+        );
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        let g = waiter.await.unwrap();
+        assert!(got.try_recv().unwrap() >= released);
+        g.unlock().await.unwrap();
+        assert_queue_empty(&server, "expired-grant");
+    })
+    .await
+}
