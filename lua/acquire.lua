@@ -27,6 +27,23 @@
 --          wait), so it is woken next
 -- ARGV[6]  the caller's client id, the end of its wake channel's name
 --          (read when ARGV[5] is not "0")
+-- ARGV[7]  with KEYS[5], for a listening caller: the first lease in ms of
+--          a direct grant to this wait (see below); left out when it does
+--          not ask for one
+-- KEYS[5]  the waiters' grant asks (hash: client id -> "<ms> <record key>
+--          <owner field>"); given with ARGV[7], or to take the client's
+--          ask back
+--
+-- Direct grants (one master, see wait.rs): a refused caller whose client
+-- has no other wait on the lock (ARGV[5] "1" or "3") and that gives
+-- ARGV[7] leaves an ask, so the unlock that wakes its client hands it the
+-- lock instead (wake_next, shared_wake.lua): the hold its own take would
+-- have made, ':take' naming KEYS[3]. The wait then keeps its request id
+-- for its next attempts (sent as re-sends, ARGV[4] not "1"), so an attempt
+-- after a grant whose message was lost finds the hold as its own
+-- (replayed_take) and sets its lease to ARGV[2] (never shortening). A
+-- refusal with other waits of the client ("2", "4") takes the client's
+-- ask back (the message could reach another wait), and so does a take.
 --
 -- A caller that only tries (ARGV[5] "0") may leave out ARGV[5], ARGV[6]
 -- and KEYS[4]: nothing reads them then, and fewer arguments cost the
@@ -85,8 +102,16 @@ local function listen(ttl, front)
 end
 
 if ARGV[4] ~= '1' then
-  local replayed = recorded(3) or replayed_take(1, 3)
+  local replayed = recorded(3)
   if replayed then return replayed end
+  replayed = replayed_take(1, 3)
+  if replayed then
+    if ARGV[7] then
+      -- A direct grant to this wait (or its own take, re-sent): its lease.
+      redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    end
+    return replayed
+  end
 end
 
 -- Wrong types surface on the first command touching each key, before any
@@ -101,6 +126,9 @@ if pttl == -2 then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
     waited = redis.call('EXISTS', KEYS[4]) == 1
   end
+  if KEYS[5] then
+    redis.call('HDEL', KEYS[5], ARGV[6])
+  end
   return take(1, 2, 3, waited, 'reentrant')
 end
 local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait', ':kind')
@@ -109,7 +137,16 @@ local other = wrong_kind(got[4], 'reentrant')
 if other then return other end
 if not got[1] then
   if waiting ~= '0' then
-    local place = listen(pttl >= 0 and pttl or tonumber(ARGV[2]), waiting == '3' or waiting == '4')
+    local ttl = pttl >= 0 and pttl or tonumber(ARGV[2])
+    local place = listen(ttl, waiting == '3' or waiting == '4')
+    if KEYS[5] then
+      if ARGV[7] and (waiting == '1' or waiting == '3') then
+        redis.call('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[1])
+        redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl + 1000))
+      else
+        redis.call('HDEL', KEYS[5], ARGV[6])
+      end
+    end
     if not got[3] then
       -- A refused mark (a full server) only costs the waiter a wait to the
       -- lease's end.

@@ -10,7 +10,8 @@
 -- left out, "1" or "3"), with the writes the rest of the script would
 -- make: the next token, the owner's field at 1, ':token', ':take', ':kind' (and
 -- ':wait' when a listening caller's client has other sleeping waiters in
--- KEYS[4]), the lease. Its reply is the bare token, which means
+-- KEYS[4]), the client's grant ask taken back (KEYS[5], when given), the
+-- lease. Its reply is the bare token, which means
 -- {1, token, 1} (see acquire.lua).
 -- Everything else falls through to the full script, and so does a refused
 -- INCR (a wrong type on KEYS[2]: nothing is written yet, and the full
@@ -36,6 +37,9 @@ if pttl == -2 and ARGV[4] == '1' and (waiting == '0' or waiting == '1' or waitin
       redis.call('SET', KEYS[2], string.format('%d', token))
     end
     local text = string.format('%d', token)
+    if KEYS[5] then
+      redis.call('HDEL', KEYS[5], ARGV[6])
+    end
     if waiting ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('HSET', KEYS[1], ARGV[1], '1', ':token', text, ':take', KEYS[3], ':kind', 'reentrant', ':wait', '1')
     else

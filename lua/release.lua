@@ -8,6 +8,8 @@
 --          shared_wake.lua)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[4]  the lock's fencing-token counter
+-- KEYS[5]  the waiters' grant asks (hash: client id -> "<ms> <record key>
+--          <owner field>", see acquire.lua); left out, no direct grants
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 --          (never shortens the current lease)
@@ -36,7 +38,8 @@
 -- Side effects: HINCRBY -1 of the owner's field; at zero the hash (whose only
 -- owner is this one) is deleted and, when its ':wait' field says a waiter
 -- listens (shared_acquire.lua), the first client of KEYS[2] that still
--- listens is popped and told (wake_next, shared_wake.lua). Nobody listens
+-- listens is popped and told (wake_next, shared_wake.lua): handed the lock
+-- when it left an ask in KEYS[5], else woken. Nobody listens
 -- otherwise: a waiter's attempts after it subscribed set ':wait' when
 -- refused, and an unlock before such an attempt leaves the lock free for
 -- it. A refused
@@ -55,6 +58,6 @@ if done then
   return done
 end
 if listened then
-  wake_next(2, ARGV[6], publish, ARGV[7] or '0')
+  wake_next(2, ARGV[6], publish, ARGV[7] or '0', KEYS[5] and {1, 5, 4})
 end
 return 0

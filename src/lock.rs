@@ -536,7 +536,9 @@ impl Lock {
                 let channel = self
                     .wake_channel
                     .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
-                crate::wait::wait(t, &pin, lease, deadline, WakeOne::new(t, channel)).await
+                let will_wait = wait != Some(Duration::ZERO);
+                let policy = WakeOne::new(t, channel, &pin.owner.field, will_wait, lease);
+                crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
             Kind::Fair | Kind::FairPermits { .. } | Kind::RedissonFair => {
                 let will_wait = wait != Some(Duration::ZERO);

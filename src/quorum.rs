@@ -85,6 +85,12 @@ pub(crate) struct Ask<'a> {
     /// the lock directly by an unlock (one master only: `request` is then
     /// the whole wait's id), or a reentrant lock's client id.
     pub grant: Option<&'a str>,
+    /// A reentrant lock's waiter asks for direct grants: their first
+    /// lease (see [`Acquire::grant_lease`]).
+    pub grant_lease: Option<Duration>,
+    /// `request` was sent before by the same wait (a grant-asking wait keeps
+    /// its id across attempts).
+    pub sent_before: bool,
     /// The live hold this owner has already: (its token, its per-master
     /// tokens). A majority re-entering keeps them.
     pub known: Option<(u64, Vec<Option<u64>>)>,
@@ -120,6 +126,7 @@ impl<M: NodeOps> Undo for Resend<M> {
                     request: &request,
                     waiting: Waiting::No,
                     grant: None,
+                    grant_lease: None,
                     resent: true,
                 };
                 match member.acquire(&keys, &again).await {
@@ -258,7 +265,8 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
                 request: ask.request,
                 waiting: ask.waiting,
                 grant: ask.grant,
-                resent: false,
+                grant_lease: ask.grant_lease,
+                resent: ask.sent_before,
             };
             let r = pending.member.acquire(ask.keys, &a).await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
@@ -763,6 +771,8 @@ mod tests {
                     request: &request,
                     waiting: Waiting::No,
                     grant: None,
+                    grant_lease: None,
+                    sent_before: false,
                     known: None,
                 };
                 let r = acquire(&members, &ask).await;

@@ -56,6 +56,11 @@ pub(crate) struct Request<'a> {
     /// The id whose wake channel the wait listens on, when an unlock
     /// wakes one client by it (the reentrant lock: the client's).
     pub(crate) wake: Option<&'a str>,
+    /// A reentrant lock's wait asks for direct grants (`grant_to` names its
+    /// request): their first lease.
+    pub(crate) grant_lease: Option<Duration>,
+    /// The request id was sent by an earlier attempt of this wait.
+    pub(crate) sent_before: bool,
 }
 
 /// What a wait does about a wake message ([`Policy::on_wake`]).
@@ -168,8 +173,7 @@ impl Policy for Reentrant {
         };
         Request {
             waiting,
-            grant_to: None,
-            wake: None,
+            ..Request::default()
         }
     }
 
@@ -199,14 +203,31 @@ impl Reentrant {
 /// take it passes it on (the channel's relay), and so does a client whose
 /// last wait is dropped or fails after listening, since that wait may have
 /// taken it without an attempt after it.
+///
+/// On one master (and without replica or disk confirmations, which only
+/// the waiter's own write could wait for) a wait that is its client's
+/// only one on the lock also asks to be handed the lock: the unlock that
+/// would wake its client makes the hold the wait's attempt would have
+/// made and says so in the message, which saves the attempt's round trip
+/// (`lua/shared_wake.lua`). The wait keeps one request id for its attempts
+/// (each after the first sent as a re-send), so a grant whose message is
+/// lost is found by its next attempt; stopping without the lock, it takes
+/// its ask back and gives back a grant it never learned of.
 pub(crate) struct WakeOne {
     inner: Reentrant,
     core: Arc<Core>,
     keys: Arc<LockKeys>,
     channel: Str,
     /// Armed while the wait has listened and not taken the lock: when it
-    /// stops, the wake-up it may have taken is passed on.
+    /// stops, the wake-up it may have taken is passed on (and, when it
+    /// asked for grants, its ask and any grant taken back).
     pass_on: LeaveOnExit,
+    /// The wait's request id while it asks for direct grants, and the
+    /// grants' first lease.
+    request: Option<String>,
+    grant_lease: Duration,
+    /// An attempt carried `request` (an ask, or a grant to it, may exist).
+    asked: std::sync::atomic::AtomicBool,
     /// The last attempt failed (it used no wake-up).
     failed: bool,
     /// A wake-up came since the last attempt; `woken_now`: the next
@@ -216,17 +237,41 @@ pub(crate) struct WakeOne {
 }
 
 impl WakeOne {
-    pub(crate) fn new(t: Target<'_>, channel: &Str) -> WakeOne {
+    /// The wait of `owner` (its client's own owners only ask for grants);
+    /// `will_wait`: more than one attempt, with `lease`.
+    pub(crate) fn new(t: Target<'_>, channel: &Str, owner: &Str, will_wait: bool, lease: Lease) -> WakeOne {
+        let core = t.core;
+        let own = owner
+            .strip_prefix(&*core.uuid)
+            .is_some_and(|rest| rest.starts_with(':'));
+        let grants = will_wait && own && core.members.len() == 1 && !core.settings.confirmed_writes;
+        let lease = match lease {
+            Lease::Watchdog => core.settings.watchdog_lease,
+            Lease::Fixed(d) => d,
+        };
+        let request = grants.then(crate::keys::fresh_request_id);
+        let anyone = Str::from_static("");
+        let mut pass_on = LeaveOnExit::leave(t, if grants { owner } else { &anyone }, false);
+        pass_on.request = request.clone();
         WakeOne {
             inner: Reentrant::default(),
-            core: t.core.clone(),
+            core: core.clone(),
             keys: t.keys.clone(),
             channel: channel.clone(),
-            pass_on: LeaveOnExit::leave(t, &Str::from_static(""), false),
+            pass_on,
+            request,
+            // A stopped grantee holds the lock no longer than a stopped
+            // fair waiter stays at the head of its queue.
+            grant_lease: lease.min(core.settings.waiter_timeout),
+            asked: std::sync::atomic::AtomicBool::new(false),
             failed: false,
             woken: false,
             woken_now: false,
         }
+    }
+
+    fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether this wait is (or was, if it left already) its client's last
@@ -295,6 +340,11 @@ impl Policy for WakeOne {
             let others = request.waiting == Waiting::WithOthers;
             request.waiting = Waiting::Woken { others };
         }
+        if let (Some(id), true) = (&self.request, request.waiting.waits()) {
+            request.grant_to = Some((id, &self.core.uuid));
+            request.grant_lease = Some(self.grant_lease);
+            request.sent_before = self.asked.swap(true, std::sync::atomic::Ordering::Relaxed);
+        }
         request
     }
 
@@ -309,20 +359,46 @@ impl Policy for WakeOne {
         }
     }
 
-    fn on_wake(&mut self, _message: Message<'_>) -> Wake {
+    /// A grant to this wait's request is its lock; a grant to another
+    /// request (another wait of the client, which takes it from its next
+    /// attempt) wakes this one as any message.
+    fn on_wake(&mut self, m: Message<'_>) -> Wake {
+        let grant = m.payload.as_deref().and_then(crate::fair::parse_grant);
+        if let (Some((token, ms, rec)), Some(id)) = (grant, &self.request) {
+            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) {
+                let t = Target {
+                    core: &self.core,
+                    keys: &self.keys,
+                };
+                if let Some(guard) = crate::fair::claim_grant(t, m.pin, m.lease, token, ms, m.sent_at) {
+                    self.pass_on.disarm();
+                    return Wake::Granted(guard);
+                }
+            }
+        }
         self.woken = true;
         Wake::Attempt
     }
 
     /// Granted, nothing is owed. Nothing either when the wait gives up
     /// right after an answered attempt, which used any wake-up it had
-    /// (refused, it put its client back in the list); after a failed one
-    /// the drop passes it on.
+    /// (refused, it put its client back in the list), unless it asked for
+    /// grants; after a failed one the drop passes it on. When an attempt's
+    /// outcome is unknown, the quorum layer re-sends it in the background
+    /// and gives back whatever it got, a grant to it included: the wait
+    /// goes on under a fresh id.
     fn on_outcome(&mut self, _t: Target<'_>, outcome: Outcome<'_>) -> impl Future<Output = ()> + Send {
         match outcome {
             Outcome::Granted(_) => self.pass_on.disarm(),
-            Outcome::Failed(_) => self.failed = true,
-            Outcome::GaveUp if !self.failed => self.pass_on.disarm(),
+            Outcome::Failed(e) => {
+                self.failed = true;
+                if self.request.is_some() && e.is_outcome_unknown() {
+                    self.request = Some(crate::keys::fresh_request_id());
+                    self.pass_on.request = self.request.clone();
+                    self.asked.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Outcome::GaveUp if !self.failed && !self.asked() => self.pass_on.disarm(),
             Outcome::GaveUp | Outcome::Split => {}
         }
         async {}
@@ -331,9 +407,10 @@ impl Policy for WakeOne {
 
 impl Drop for WakeOne {
     /// Another wait of the client on the channel uses the wake-up: nothing
-    /// to pass on (the guard's drop, after this, passes it on otherwise).
+    /// to pass on (the guard's drop, after this, passes it on otherwise),
+    /// unless this wait asked for grants.
     fn drop(&mut self) {
-        if !self.last() {
+        if !self.last() && !self.asked() {
             self.pass_on.disarm();
         }
     }
@@ -636,6 +713,8 @@ async fn attempt<P: Policy>(
             request: &request,
             waiting: req.waiting,
             grant: req.grant_to.map(|(_, w)| w).or(req.wake),
+            grant_lease: req.grant_lease,
+            sent_before: req.sent_before,
             known,
         };
         let reply = crate::quorum::acquire(&t.core.members, &ask).await;

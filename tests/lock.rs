@@ -1062,24 +1062,28 @@ async fn calls_leave_out_the_arguments_they_do_not_need() {
         };
         let acquires = with_second_key("lockwarden:{trim}:token");
         // (A client that got a wake-up it did not use passes it on: a
-        // call with two keys, the lock and its waiters list.)
+        // call with four keys, the lock, its waiters list, the asks and the
+        // token counter, and three arguments.)
         let releases: Vec<_> = with_second_key("lockwarden:{trim}:waiters")
             .into_iter()
-            .filter(|args| args[2] == "4")
+            .filter(|args| args[2] == "5")
             .collect();
         assert_eq!(releases.len(), 2, "both unlocks: {calls:?}");
         for r in &releases {
-            assert_eq!(r.len(), 3 + 4 + 6, "a release call's arguments: {r:?}");
+            assert_eq!(r.len(), 3 + 5 + 6, "a release call's arguments: {r:?}");
         }
         let tries = acquires.iter().filter(|a| a[2] == "3").count();
-        let waits = acquires.iter().filter(|a| a[2] == "4").count();
+        let waits = acquires.iter().filter(|a| a[2] == "5").count();
         assert!(
             tries >= 2,
             "the first attempts of both lock() calls only try: {acquires:?}"
         );
-        assert!(waits >= 1, "the waiter's later attempts say it waits: {acquires:?}");
+        assert!(
+            waits >= 1,
+            "the waiter's later attempts say it waits, and ask for a grant: {acquires:?}"
+        );
         for a in &acquires {
-            let expected = if a[2] == "3" { 3 + 3 + 4 } else { 3 + 4 + 6 };
+            let expected = if a[2] == "3" { 3 + 3 + 4 } else { 3 + 5 + 7 };
             assert_eq!(a.len(), expected, "an acquire call's arguments: {a:?}");
         }
     })

@@ -332,9 +332,15 @@ pub(crate) struct Acquire<'a> {
     pub(crate) request: &'a str,
     pub(crate) waiting: Waiting,
     pub(crate) grant: Option<&'a str>,
-    /// `request` was sent before (its outcome unknown): its record may
-    /// exist. A request sent for the first time has none, and the script
-    /// need not look.
+    /// A reentrant lock's waiter that may be handed the lock by an unlock
+    /// (one master; `request` is then the whole wait's id): the first
+    /// lease of such a grant. The script leaves the ask only while no
+    /// other wait of the client listens on the lock.
+    pub(crate) grant_lease: Option<Duration>,
+    /// `request` was sent before (its outcome unknown, or a grant-asking
+    /// wait's earlier attempt): its record, or a hold it made, may exist.
+    /// A request sent for the first time has none, and the script need not
+    /// look.
     pub(crate) resent: bool,
 }
 

@@ -30,7 +30,7 @@ pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 static WAKE_NEXT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("wake_next", lua!("shared_wake.lua", "wake_next.lua")));
+    LazyLock::new(|| Script::new("wake_next", lua!("shared.lua", "shared_wake.lua", "wake_next.lua")));
 
 pub(super) struct Reentrant;
 
@@ -58,6 +58,12 @@ impl Protocol for Reentrant {
             call.keys.push(&keys.waiters);
             call.args.push(lit(a.waiting.arg()));
             call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
+            // A waiter that may be handed the lock: its ask (the script
+            // leaves it, or takes the client's back).
+            if let Some(first) = a.grant_lease {
+                call.keys.push(&keys.asks);
+                call.args.push(ms(first).into());
+            }
         }
         call
     }
@@ -79,7 +85,7 @@ impl Protocol for Reentrant {
         }
         Call {
             script: &RELEASE,
-            keys: vec![&keys.lock, &keys.waiters, rec, &keys.token],
+            keys: vec![&keys.lock, &keys.waiters, rec, &keys.token, &keys.asks],
             args,
             first_send: Some(4),
         }
@@ -90,12 +96,20 @@ impl Protocol for Reentrant {
     }
 
     /// Passes a wake-up on (`lua/wake_next.lua`): the caller's client may
-    /// have taken an unlock's only wake-up without using it.
-    fn leave<'a>(&self, keys: &'a LockKeys, _owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    /// have taken an unlock's only wake-up without using it. With `rec`, a
+    /// wait of `owner` that asked for direct grants also takes its ask back
+    /// and gives back a grant it never learned of.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+        let mut args = vec![lit(UNLOCK_MESSAGE), name(&keys.wake_prefix), lit(env.publish)];
+        if let Some(rec) = rec {
+            // The ask's field is the client id, the owner field's first part.
+            let client = owner.split(':').next().unwrap_or_default();
+            args.extend([name(rec), name(owner), Value::from(client)]);
+        }
         Some(Call {
             script: &WAKE_NEXT,
-            keys: vec![&keys.lock, &keys.waiters],
-            args: vec![lit(UNLOCK_MESSAGE), name(&keys.wake_prefix), lit(env.publish)],
+            keys: vec![&keys.lock, &keys.waiters, &keys.asks, &keys.token],
+            args,
             first_send: None,
         })
     }
