@@ -367,3 +367,250 @@ async fn a_client_that_closes_passes_on_a_wake_up_it_may_have_had() {
     })
     .await
 }
+
+/// What an unlock of the lock `name` does when clients wait (the library's
+/// own `wake_next`, `lua/shared_wake.lua`), but with the wake channels'
+/// prefix `prefix`: the hold is deleted and the first listed client is
+/// handed the lock if it asked, told on `prefix` + its id.
+fn unlock_and_hand_over(server: &RedisServer, name: &str, prefix: &str) -> Reply {
+    let base = format!("lockwarden:{{{name}}}");
+    let (waiters, asks, token) = (
+        format!("{base}:waiters"),
+        format!("{base}:asks"),
+        format!("{base}:token"),
+    );
+    let script = concat!(
+        include_str!("../lua/shared.lua"),
+        include_str!("../lua/shared_wake.lua"),
+        "redis.call('DEL', KEYS[1]) return wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) and 1 or 0"
+    );
+    server.cmd(&["EVAL", script, "4", name, &waiters, &asks, &token, prefix])
+}
+
+/// A lock `name` held by a made-up owner for 30 s (a hold the tests end by
+/// hand, see [`unlock_and_hand_over`]).
+fn hold_as(server: &RedisServer, name: &str) {
+    server.cmd(&["HSET", name, "someone:1", "1", ":kind", "reentrant"]);
+    server.cmd(&["PEXPIRE", name, "30000"]);
+}
+
+/// A connection subscribed to `channel`, so a PUBLISH there counts one
+/// listener: a message that reaches no wait of the library.
+fn decoy(server: &RedisServer, channel: &str) -> Resp {
+    let mut r = server.resp();
+    r.cmd(&["SUBSCRIBE", channel]);
+    r
+}
+
+/// The waiter's client waits with `patience` between its own looks, and a
+/// waiter timeout (a grant's first lease) of `waiter_timeout`.
+async fn waiting_client(url: &str, patience: Duration, waiter_timeout: Duration) -> lockwarden::Client {
+    lockwarden::Client::builder(url)
+        .watchdog_lease(LONG)
+        .wake_patience(patience)
+        .fair_waiter_timeout(waiter_timeout)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_hands_the_lock_to_a_lone_wait_and_its_own_lease_follows() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("handed").unwrap().lock().await.unwrap();
+        // Grants' first lease 1.5 s; extended to the waiter's own lease a
+        // third of the way in.
+        let c = waiting_client(&server.url(), NO_PATIENCE, Duration::from_millis(1500)).await;
+        let lock = c.lock("handed").unwrap();
+        let waiter = tokio::spawn(async move {
+            lock.try_lock(Duration::from_secs(20), Duration::from_secs(30))
+                .await
+                .unwrap()
+                .expect("handed the lock")
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "handed") == 1).await);
+        let ask = server.cmd(&["HGET", "lockwarden:{handed}:asks", c.id()]);
+        let ask = ask.as_str().expect("the lone wait left an ask").to_string();
+        assert!(ask.starts_with("1500 lockwarden:{handed}:req:"), "{ask}");
+        let before = attempts(&server);
+        held.unlock().await.unwrap();
+        let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        // Handed over by the unlock: the waiter made no attempt.
+        assert_eq!(attempts(&server), before, "the waiter attempted after the unlock");
+        assert_eq!(g.depth(), 1);
+        let token: u64 = server
+            .cmd(&["GET", "lockwarden:{handed}:token"])
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(g.token(), token);
+        assert_eq!(
+            server.owners("handed"),
+            [(g.owner().field().to_string(), "1".to_string())]
+        );
+        assert_eq!(server.cmd(&["EXISTS", "lockwarden:{handed}:asks"]).as_int(), Some(0));
+        // The grant's first lease, then the waiter's own 30 s.
+        assert!(
+            eventually(Duration::from_secs(3), || server
+                .cmd(&["PTTL", "handed"])
+                .as_int()
+                .unwrap()
+                > 20_000)
+            .await,
+            "the grant's hold got the waiter's own lease"
+        );
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        assert!(!g.is_lost(), "the handed-over hold was lost");
+        assert!(g.validity() > Duration::from_secs(20), "validity {:?}", g.validity());
+        g.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "handed"]).as_int(), Some(0));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_message_is_lost_is_claimed_by_the_next_look() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        hold_as(&server, "lost");
+        let c = waiting_client(&server.url(), Duration::from_millis(500), Duration::from_secs(5)).await;
+        let lock = c.lock("lost").unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "lost") == 1).await);
+        let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
+        let handed = Instant::now();
+        assert_eq!(unlock_and_hand_over(&server, "lost", "elsewhere:").as_int(), Some(1));
+        assert_eq!(server.owners("lost").len(), 1, "handed over");
+        let pttl = server.cmd(&["PTTL", "lost"]).as_int().unwrap();
+        assert!((1..=5000).contains(&pttl), "the grant's first lease: {pttl} ms");
+        // No message reaches the waiter: its next look (within 0.5 s)
+        // finds the hold as its own.
+        let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        eprintln!("claimed {:?} after the grant", handed.elapsed());
+        assert_eq!(g.depth(), 1);
+        let token: u64 = server
+            .cmd(&["GET", "lockwarden:{lost}:token"])
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(g.token(), token);
+        let pttl = server.cmd(&["PTTL", "lost"]).as_int().unwrap();
+        assert!(pttl > 20_000, "the waiter's own lease is set: {pttl} ms");
+        g.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["EXISTS", "lost"]).as_int(),
+            Some(0),
+            "one level, one unlock"
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_after_an_unheard_grant_gives_the_lock_back() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        hold_as(&server, "dropped");
+        let c = waiting_client(&server.url(), NO_PATIENCE, Duration::from_secs(30)).await;
+        let lock = c.lock("dropped").unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "dropped") == 1).await);
+        let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
+        assert_eq!(unlock_and_hand_over(&server, "dropped", "elsewhere:").as_int(), Some(1));
+        assert_eq!(server.owners("dropped").len(), 1, "handed over");
+        let pttl = server.cmd(&["PTTL", "dropped"]).as_int().unwrap();
+        assert!(pttl > 20_000, "the grant's lease runs {pttl} ms more");
+        waiter.abort();
+        assert!(
+            eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "dropped"]).as_int()
+                == Some(0))
+            .await,
+            "the dropped wait gave the grant back"
+        );
+        assert_eq!(server.cmd(&["EXISTS", "lockwarden:{dropped}:asks"]).as_int(), Some(0));
+        let other = client(&server.url(), LONG).await;
+        let g = other
+            .lock("dropped")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("free at once");
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_lease_ran_out_before_its_claim_is_not_taken() {
+    bounded(Duration::from_secs(60), async {
+        // A waiter stopped past its grant's first lease comes back to a
+        // lock another client holds: nothing of the grant may count.
+        let server = RedisServer::start();
+        hold_as(&server, "expired");
+        let c = waiting_client(&server.url(), Duration::from_millis(300), Duration::from_secs(5)).await;
+        let lock = c.lock("expired").unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "expired") == 1).await);
+        let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
+        // Handed over unheard, and gone at once (as its lease running out
+        // would), before the waiter's next look.
+        let script = concat!(
+            include_str!("../lua/shared.lua"),
+            include_str!("../lua/shared_wake.lua"),
+            "redis.call('DEL', KEYS[1]) local r = wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) \
+             redis.call('DEL', KEYS[1]) return r and 1 or 0"
+        );
+        let base = "lockwarden:{expired}";
+        let r = server.cmd(&[
+            "EVAL",
+            script,
+            "4",
+            "expired",
+            &format!("{base}:waiters"),
+            &format!("{base}:asks"),
+            &format!("{base}:token"),
+            "elsewhere:",
+        ]);
+        assert_eq!(r.as_int(), Some(1));
+        let other = client(&server.url(), LONG).await;
+        let held = other
+            .lock("expired")
+            .unwrap()
+            .try_lock(Duration::ZERO, LONG)
+            .await
+            .unwrap()
+            .expect("free once the grant is gone");
+        // The waiter looks at least twice while the other holds the lock.
+        let before = attempts(&server);
+        assert!(
+            eventually(Duration::from_secs(5), || waiter.is_finished()
+                || attempts(&server) >= before + 2)
+            .await
+        );
+        assert!(!waiter.is_finished(), "the waiter took a lock another client holds");
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        woken_soon(
+            tokio::spawn(async move {
+                let g = waiter.await.unwrap();
+                let at = Instant::now();
+                g.unlock().await.unwrap();
+                at
+            }),
+            released,
+        )
+        .await;
+    })
+    .await
+}
