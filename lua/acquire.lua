@@ -126,10 +126,14 @@ if pttl == -2 then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
     waited = redis.call('EXISTS', KEYS[4]) == 1
   end
-  if KEYS[5] then
+  local taken = take(1, 2, 3, waited, 'reentrant')
+  -- Only after the take's first write: a script's first write decides
+  -- whether a full server (OOM) refuses it, and this one must not let
+  -- the take's writes through.
+  if KEYS[5] and taken[1] == 1 then
     redis.call('HDEL', KEYS[5], ARGV[6])
   end
-  return take(1, 2, 3, waited, 'reentrant')
+  return taken
 end
 local got = redis.pcall('HMGET', KEYS[1], ARGV[1], ':token', ':wait', ':kind')
 if got.err then return refused(got, 1) end
@@ -139,12 +143,16 @@ if not got[1] then
   if waiting ~= '0' then
     local ttl = pttl >= 0 and pttl or tonumber(ARGV[2])
     local place = listen(ttl, waiting == '3' or waiting == '4')
-    if KEYS[5] then
+    -- The ask only matters to a listed client; a refused write (a full
+    -- server) leaves the waiter to be woken rather than handed the lock.
+    if KEYS[5] and place then
       if ARGV[7] and (waiting == '1' or waiting == '3') then
-        redis.call('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[1])
-        redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl + 1000))
+        local n = redis.pcall('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[1])
+        if type(n) == 'number' then
+          redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl + 1000))
+        end
       else
-        redis.call('HDEL', KEYS[5], ARGV[6])
+        redis.pcall('HDEL', KEYS[5], ARGV[6])
       end
     end
     if not got[3] then
