@@ -130,9 +130,10 @@ impl ClientBuilder {
     /// durable on disk, and a replica can still lose it in a restart: see
     /// [`min_aof_fsynced`](Self::min_aof_fsynced).
     /// `timeout` must be below the command timeout and a third of the
-    /// watchdog lease. Off by default. Direct grants of the fair lock (an
-    /// unlock handing the lock to the next waiter) are not used with it: the
-    /// waiter takes the lock itself and waits for its acknowledgement.
+    /// watchdog lease. Off by default. Direct grants of the fair and
+    /// reentrant locks (an unlock handing the lock to the next waiter) are
+    /// not used with it: the waiter takes the lock itself and waits for its
+    /// acknowledgement.
     pub fn min_replicas_acked(mut self, n: u32, timeout: Duration) -> Self {
         self.options.min_replicas = Some((n, timeout));
         self
@@ -160,7 +161,7 @@ impl ClientBuilder {
     /// [`Error::Config`] saying which is missing. `timeout` must be below
     /// the command timeout and a third of the watchdog lease, and at least
     /// one of `local` and `replicas` must be asked for. Off by default; the
-    /// fair lock's direct grants are not used with it.
+    /// fair and reentrant locks' direct grants are not used with it.
     pub fn min_aof_fsynced(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
         self.options.min_aof = Some(crate::node::AofConfirm {
             local,
@@ -175,7 +176,12 @@ impl ClientBuilder {
     /// waiters refresh every third of it, whatever the holder does. Defaults
     /// to 5 s; must be within 100 ms ..= 30 days. Read-write locks: how long
     /// a waiting writer's mark holds new readers back after its last
-    /// attempt (it makes one every third of it).
+    /// attempt (it makes one every third of it). Reentrant locks: the
+    /// longest first lease of a direct grant to this client's waits (an
+    /// unlock hands the lock to a waiting client with one wait on the lock,
+    /// on one master), so a waiter stopped at that moment blocks the lock
+    /// no longer than this; a live one sets its own lease a third of the
+    /// way in.
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.options.fair_waiter_timeout = timeout;
         self

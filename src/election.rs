@@ -415,6 +415,14 @@ impl Leadership {
         self.guard.is_at_risk()
     }
 
+    /// Whether the leadership still runs on the short first lease of a
+    /// direct grant (an unlock handed the election's lock to this
+    /// campaign), its own lease to be set shortly (see
+    /// [`LockGuard::is_extension_pending`]).
+    pub fn is_extension_pending(&self) -> bool {
+        self.guard.is_extension_pending()
+    }
+
     /// Resolves when the leadership goes at risk, with the validity left
     /// (see [`LockGuard::at_risk`]).
     ///

@@ -156,8 +156,8 @@ impl LockGuard {
 
     /// Below this validity the hold is at risk: half its lease, or half
     /// the first lease of a direct grant whose extension is still to come
-    /// (a fair lock's unlock hands the lock over with a lease cut to the
-    /// waiter's queue deadline, see [`LockGuard::is_extension_pending`]).
+    /// (an unlock hands the lock over with a short first lease, see
+    /// [`LockGuard::is_extension_pending`]).
     fn risk_threshold(&self) -> Duration {
         let lease = match self.hold.pending_first_lease() {
             Some(first) => first.min(self.lease_length()),
@@ -167,12 +167,15 @@ impl LockGuard {
     }
 
     /// Whether the hold still runs on a shorter first lease than it asked
-    /// for, to be set to its own lease shortly. A fair lock's unlock hands
-    /// the lock straight to the next waiter with a lease cut to that
-    /// waiter's queue deadline ([`ClientBuilder::fair_waiter_timeout`](crate::ClientBuilder::fair_waiter_timeout)),
-    /// so that a waiter that died meanwhile blocks the queue no longer than
-    /// its eviction would; a third of the way into that lease the holder's
-    /// client sets the lease it asked for. Until then [`LockGuard::validity`]
+    /// for, to be set to its own lease shortly. An unlock may hand the lock
+    /// straight to a waiter (on one master: the fair lock's next waiter,
+    /// and the reentrant lock's next waiting client when that client has
+    /// one wait on the lock) with a first lease of at most
+    /// [`ClientBuilder::fair_waiter_timeout`](crate::ClientBuilder::fair_waiter_timeout)
+    /// (for the fair lock, cut to the waiter's queue deadline), so that a
+    /// waiter that stopped meanwhile blocks the lock no longer than that; a
+    /// third of the way into that lease the holder's client sets the lease
+    /// it asked for. Until then [`LockGuard::validity`]
     /// is below the asked lease by design, and [`LockGuard::is_at_risk`]
     /// measures it against the first lease. False for every other hold.
     pub fn is_extension_pending(&self) -> bool {

@@ -213,6 +213,14 @@ impl MultiGuard {
         self.guards.iter().any(LockGuard::is_at_risk)
     }
 
+    /// Whether one of the locks still runs on the short first lease of a
+    /// direct grant, its own lease to be set shortly (see
+    /// [`LockGuard::is_extension_pending`]): [`MultiGuard::validity`]
+    /// is short by design until then.
+    pub fn is_extension_pending(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_extension_pending)
+    }
+
     /// Resolves when one of the locks is at risk, with the least validity
     /// left then (see [`LockGuard::at_risk`]).
     ///

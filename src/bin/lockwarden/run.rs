@@ -70,8 +70,8 @@ impl Held {
         }
     }
 
-    /// Whether the hold runs on a fair lock's (or fair semaphore's) short
-    /// first lease, healthy,
+    /// Whether the hold runs on a direct grant's short first lease (the
+    /// reentrant and fair locks', the fair semaphore's), healthy,
     /// with its own lease still to be set (see
     /// `LockGuard::is_extension_pending`): a validity below the time
     /// needed to stop the command is expected then, not a sign of trouble.
@@ -79,7 +79,8 @@ impl Held {
         match self {
             Held::One(g) => g.is_extension_pending() && !g.is_at_risk(),
             Held::Permit(p) => p.is_extension_pending() && !p.is_at_risk(),
-            Held::Many(_) | Held::Leader(_) => false,
+            Held::Many(g) => g.is_extension_pending() && !g.is_at_risk(),
+            Held::Leader(l) => l.is_extension_pending() && !l.is_at_risk(),
         }
     }
 
@@ -413,7 +414,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs, campaign: Option<String>) -> i32 {
             };
             k.note(Note::StopAt(monotonic_ms() + room.as_millis() as u64));
         }
-        // A fair lock's direct grant starts on a short lease that its own
+        // A direct grant starts on a short lease that its own
         // replaces a third of the way in: look again soon rather than stop
         // a command whose lock is healthy (a failed extension puts the
         // hold at risk, and it is stopped then).
