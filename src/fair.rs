@@ -10,18 +10,15 @@
 //! trip.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
 use crate::keys::Str;
-use crate::owner::OwnerPin;
 use crate::protocol::{Waiting, FREE_BUT_QUEUED};
 use crate::pubsub::Interest;
 use crate::quorum::Grant;
 use crate::runtime::Backoff;
-use crate::settings::Lease;
 use crate::wait::{Channel, LeaveOnExit, Message, Outcome, Policy, Refusal, Request, Target, Wake};
 
 /// Where one grant-asking fair waiter of this client listens:
@@ -50,17 +47,6 @@ impl Drop for WakeId<'_> {
     fn drop(&mut self) {
         self.core.grants.wake_numbers.lock().give_back(self.n);
     }
-}
-
-/// A grant message, `g <token> <lease ms> <request id>`: its parts.
-pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str)> {
-    let mut parts = msg.split(' ');
-    let (Some("g"), Some(token), Some(ms), Some(id), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    Some((token.parse().ok()?, ms.parse().ok()?, id))
 }
 
 /// One wait of a fair lock.
@@ -114,54 +100,6 @@ impl<'a> FairWait<'a> {
             queued_backoff: Backoff::new(Duration::from_millis(10), refresh),
         }
     }
-}
-
-/// The guard for a direct grant of `token` with a lease of `ms` to a
-/// wait's request (see `parse_grant`; the reentrant lock's grants too). The grant happened after
-/// the attempt sent at `sent_at` (else that attempt would have returned
-/// it), so its lease is counted from there; `None` also when half of it
-/// would be gone by that count. A grant's first lease is short (a fair
-/// waiter's queue deadline, a reentrant waiter's grant lease), so a
-/// grantee that stopped blocks the lock no longer than that; a third of
-/// the way into it, a hold still held gets its own lease (as a renewal
-/// would, see `crate::extend`).
-/// Short holds never need that call.
-pub(crate) fn claim_grant(
-    t: Target<'_>,
-    pin: &OwnerPin,
-    lease: Lease,
-    token: u64,
-    ms: u64,
-    sent_at: Instant,
-) -> Option<LockGuard> {
-    let granted = Duration::from_millis(ms);
-    if Instant::now() >= sent_at + granted / 2 {
-        // The waiter slept long since its last attempt (or the lease is
-        // short): counted from then, too little of the grant would be
-        // left. Its next attempt returns the grant from the record, with
-        // its own lease counted from now.
-        return None;
-    }
-    let grant = Grant {
-        token,
-        depth: 1,
-        node_tokens: vec![Some(token)],
-        sent_at,
-        valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
-    };
-    let core = t.core;
-    let guard = LockGuard::new(core.clone(), t.keys.clone(), pin.duplicate(), &grant, lease);
-    // Where the hold's own lease ends: the watchdog's runs from the
-    // extension, a fixed one from the acquisition.
-    let end = match lease {
-        Lease::Watchdog if core.settings.watchdog_lease > granted => None,
-        Lease::Fixed(d) if d > granted => Some(sent_at + d),
-        _ => return Some(guard),
-    };
-    core.grants
-        .extensions
-        .schedule(guard.hold(), sent_at + granted / 3, end, granted);
-    Some(guard)
 }
 
 impl Policy for FairWait<'_> {
@@ -233,9 +171,10 @@ impl Policy for FairWait<'_> {
     }
 
     fn on_wake(&mut self, m: Message<'_>) -> Wake {
-        let (Some(request), Some((token, ms, id))) =
-            (self.request.as_deref(), m.payload.as_deref().and_then(parse_grant))
-        else {
+        let (Some(request), Some((token, ms, id))) = (
+            self.request.as_deref(),
+            m.payload.as_deref().and_then(crate::wait::parse_grant),
+        ) else {
             return Wake::Attempt;
         };
         if id != request {
@@ -245,7 +184,7 @@ impl Policy for FairWait<'_> {
             // this one.
             return Wake::Stale;
         }
-        match claim_grant(self.t, m.pin, m.lease, token, ms, m.sent_at) {
+        match crate::wait::claim_grant(self.t, m.pin, m.lease, token, ms, m.sent_at) {
             Some(guard) => {
                 self.queued.disarm(); // the grant removed us from the queue
                 Wake::Granted(guard)

@@ -363,14 +363,14 @@ impl Policy for WakeOne {
     /// request (another wait of the client, which takes it from its next
     /// attempt) wakes this one as any message.
     fn on_wake(&mut self, m: Message<'_>) -> Wake {
-        let grant = m.payload.as_deref().and_then(crate::fair::parse_grant);
+        let grant = m.payload.as_deref().and_then(parse_grant);
         if let (Some((token, ms, rec)), Some(id)) = (grant, &self.request) {
             if self.asked() && rec == &*crate::protocol::record(&self.keys, id) {
                 let t = Target {
                     core: &self.core,
                     keys: &self.keys,
                 };
-                if let Some(guard) = crate::fair::claim_grant(t, m.pin, m.lease, token, ms, m.sent_at) {
+                if let Some(guard) = claim_grant(t, m.pin, m.lease, token, ms, m.sent_at) {
                     self.pass_on.disarm();
                     return Wake::Granted(guard);
                 }
@@ -734,6 +734,65 @@ async fn attempt<P: Policy>(
         }
         Attempt::Denied(refusal) => Err(refusal),
     })
+}
+
+/// A grant message, `g <token> <lease ms> <request id>`: its parts.
+pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str)> {
+    let mut parts = msg.split(' ');
+    let (Some("g"), Some(token), Some(ms), Some(id), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((token.parse().ok()?, ms.parse().ok()?, id))
+}
+
+/// The guard for a direct grant of `token` with a lease of `ms` to a
+/// wait's request (see `parse_grant`; the reentrant lock's grants too). The grant happened after
+/// the attempt sent at `sent_at` (else that attempt would have returned
+/// it), so its lease is counted from there; `None` also when half of it
+/// would be gone by that count. A grant's first lease is short (a fair
+/// waiter's queue deadline, a reentrant waiter's grant lease), so a
+/// grantee that stopped blocks the lock no longer than that; a third of
+/// the way into it, a hold still held gets its own lease (as a renewal
+/// would, see `crate::extend`).
+/// Short holds never need that call.
+pub(crate) fn claim_grant(
+    t: Target<'_>,
+    pin: &OwnerPin,
+    lease: Lease,
+    token: u64,
+    ms: u64,
+    sent_at: Instant,
+) -> Option<LockGuard> {
+    let granted = Duration::from_millis(ms);
+    if Instant::now() >= sent_at + granted / 2 {
+        // The waiter slept long since its last attempt (or the lease is
+        // short): counted from then, too little of the grant would be
+        // left. Its next attempt returns the grant from the record, with
+        // its own lease counted from now.
+        return None;
+    }
+    let grant = Grant {
+        token,
+        depth: 1,
+        node_tokens: vec![Some(token)],
+        sent_at,
+        valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
+    };
+    let core = t.core;
+    let guard = LockGuard::new(core.clone(), t.keys.clone(), pin.duplicate(), &grant, lease);
+    // Where the hold's own lease ends: the watchdog's runs from the
+    // extension, a fixed one from the acquisition.
+    let end = match lease {
+        Lease::Watchdog if core.settings.watchdog_lease > granted => None,
+        Lease::Fixed(d) if d > granted => Some(sent_at + d),
+        _ => return Some(guard),
+    };
+    core.grants
+        .extensions
+        .schedule(guard.hold(), sent_at + granted / 3, end, granted);
+    Some(guard)
 }
 
 /// The retryable failures of one wait. They are retried with a backoff
