@@ -22,11 +22,14 @@
 //! so the cheapest thing that keeps the guarantees, measured in the same
 //! run. The try takes a free lock the way lockwarden's does (`PTTL`, fencing
 //! `INCR`, the hash with the owner's count, token and the take's record, the
-//! lease); refused, it adds its worker to the lock's waiters and answers the
-//! holder's remaining lease. The release checks owner and token, deletes,
-//! and wakes one waiter on that waiter's own channel. A worker subscribes
-//! once to its channel and, refused, sleeps until a wake-up or the holder's
-//! remaining lease, then tries again.
+//! lease); refused, it puts its worker's ask (the worker, its owner field
+//! and its request's record key, one list element) at the end of the
+//! lock's waiters and answers the holder's remaining lease. The release
+//! checks owner and token, deletes, and hands the lock to the first waiter
+//! as a take of its request would (the next token, the hash, the lease),
+//! telling it on its own channel: a direct grant, as lockwarden's unlock
+//! makes one. A worker subscribes once to its channel and, refused, sleeps
+//! until its grant or the holder's remaining lease, then tries again.
 //!
 //! Prints one JSON object per line. Besides the workload's own fields, each
 //! row has the server's commands and CPU per acquisition (`INFO` before and
@@ -175,25 +178,29 @@ async fn rslock_w3(url: &str, workers: usize, duration: Duration) -> workloads::
 }
 
 /// The kept floor's try (see the header). KEYS: lock, token counter,
-/// waiters; ARGV: owner, lease ms, the take's record, worker, "1" when this
-/// worker was refused earlier in this wait (then it leaves the waiters, so
-/// no unlock wakes a worker that no longer waits). Answers the token (> 0)
-/// when taken, else `-1 - PTTL`.
+/// waiters; ARGV: owner, lease ms, the take's record, worker. Answers the
+/// token (> 0) when taken, else `-1 - PTTL` (the worker's ask listed).
 const KEPT_TRY: &str = "local p = redis.call('PTTL', KEYS[1]) \
     if p == -2 then \
       local t = redis.call('INCR', KEYS[2]) \
       redis.call('HSET', KEYS[1], ARGV[1], 1, ':token', t, ':take', ARGV[3], ':kind', 'reentrant') \
-      redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
-      if ARGV[5] == '1' then redis.call('SREM', KEYS[3], ARGV[4]) end return t end \
-    redis.call('SADD', KEYS[3], ARGV[4]) return -1 - p";
+      redis.call('PEXPIRE', KEYS[1], ARGV[2]) return t end \
+    redis.call('RPUSH', KEYS[3], ARGV[4] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3]) return -1 - p";
 
-/// The kept floor's release. KEYS: lock, waiters; ARGV: owner, token,
-/// wake channel prefix. Answers 0, or -1 when not the holder.
+/// The kept floor's release. KEYS: lock, waiters, token counter; ARGV:
+/// owner, token, wake channel prefix, lease ms. Answers 0, or -1 when not
+/// the holder; the first waiter is handed the lock ("<token>" on its
+/// channel).
 const KEPT_RELEASE: &str = "local h = redis.call('HMGET', KEYS[1], ARGV[1], ':token') \
     if not h[1] or h[2] ~= ARGV[2] then return -1 end \
     redis.call('DEL', KEYS[1]) \
-    local w = redis.call('SPOP', KEYS[2]) \
-    if w then redis.call('PUBLISH', ARGV[3] .. w, '0') end return 0";
+    local w = redis.call('LPOP', KEYS[2]) \
+    if w then \
+      local id, owner, rec = string.match(w, '^(%S+) (%S+) (%S+)$') \
+      local t = redis.call('INCR', KEYS[3]) \
+      redis.call('HSET', KEYS[1], owner, 1, ':token', t, ':take', rec, ':kind', 'reentrant') \
+      redis.call('PEXPIRE', KEYS[1], ARGV[4]) \
+      redis.call('PUBLISH', ARGV[3] .. id, t) end return 0";
 
 /// W3 as the kept floor (see the header): `workers` workers, each with its
 /// own fred client and subscriber, contend for one key for a 1 s warm-up
@@ -225,35 +232,37 @@ async fn kept_floor_w3(url: &str, workers: usize, duration: Duration) -> workloa
             while race.running() {
                 let t_req = Instant::now();
                 let deadline = t_req + Duration::from_secs(5);
-                let mut refused = false;
                 let token = loop {
                     attempts += 1;
-                    let args = vec![
-                        owner.clone(),
-                        "30000".to_string(),
-                        format!("{worker}:{attempts:016x}"),
-                        worker.to_string(),
-                        if refused { "1" } else { "0" }.to_string(),
-                    ];
+                    let rec = format!("{worker}:{attempts:016x}");
+                    let args = vec![owner.clone(), "30000".to_string(), rec, worker.to_string()];
                     let r: i64 = client.evalsha(&take, KEYS.to_vec(), args).await.unwrap();
                     if r > 0 {
                         break Some(r);
                     }
-                    refused = true;
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break None;
                     }
+                    // Handed the lock by a release, or the holder's lease ran
+                    // out: try again.
                     let pttl = Duration::from_millis((-1 - r).max(0) as u64);
-                    let _ = tokio::time::timeout(pttl.min(left), wakes.recv()).await;
+                    if let Ok(Ok(m)) = tokio::time::timeout(pttl.min(left), wakes.recv()).await {
+                        if let Some(t) = m.value.as_str().and_then(|t| t.parse::<i64>().ok()) {
+                            break Some(t);
+                        }
+                    }
                 };
                 let Some(token) = token else {
                     race.error();
                     continue;
                 };
                 let hold = race.hold(worker, t_req);
-                let args = vec![owner.clone(), token.to_string(), WAKE.to_string()];
-                let r: i64 = client.evalsha(&release, vec![KEYS[0], KEYS[2]], args).await.unwrap();
+                let args = vec![owner.clone(), token.to_string(), WAKE.to_string(), "30000".to_string()];
+                let r: i64 = client
+                    .evalsha(&release, vec![KEYS[0], KEYS[2], KEYS[1]], args)
+                    .await
+                    .unwrap();
                 if r != 0 {
                     race.error();
                 }
