@@ -222,8 +222,10 @@ pub(crate) struct WakeOne {
     /// stops, the wake-up it may have taken is passed on (and, when it
     /// asked for grants, its ask and any grant taken back).
     pass_on: LeaveOnExit,
-    /// The wait's request id while it asks for direct grants, and the
-    /// grants' first lease.
+    /// The wait may ask for direct grants; its request id once it listens
+    /// (made then: an uncontended lock never needs one), and the grants'
+    /// first lease.
+    grants: bool,
     request: Option<String>,
     grant_lease: Duration,
     /// An attempt carried `request` (an ask, or a grant to it, may exist).
@@ -249,17 +251,16 @@ impl WakeOne {
             Lease::Watchdog => core.settings.watchdog_lease,
             Lease::Fixed(d) => d,
         };
-        let request = grants.then(crate::keys::fresh_request_id);
         let anyone = Str::from_static("");
-        let mut pass_on = LeaveOnExit::leave(t, if grants { owner } else { &anyone }, false);
-        pass_on.request = request.clone();
+        let pass_on = LeaveOnExit::leave(t, if grants { owner } else { &anyone }, false);
         WakeOne {
             inner: Reentrant::default(),
             core: core.clone(),
             keys: t.keys.clone(),
             channel: channel.clone(),
             pass_on,
-            request,
+            grants,
+            request: None,
             // A stopped grantee holds the lock no longer than a stopped
             // fair waiter stays at the head of its queue.
             grant_lease: lease.min(core.settings.waiter_timeout),
@@ -285,6 +286,10 @@ impl WakeOne {
     fn listen(&mut self, interest: &Interest) {
         self.inner.listen(interest);
         self.pass_on.arm();
+        if self.grants && self.request.is_none() {
+            self.request = Some(crate::keys::fresh_request_id());
+            self.pass_on.request = self.request.clone();
+        }
         interest.relay_with(|| {
             // The masters, not the core: the relay outlives the core while
             // the client closes (`PubSub::quit_passing_on`).
