@@ -371,8 +371,10 @@ async fn a_client_that_closes_passes_on_a_wake_up_it_may_have_had() {
 /// What an unlock of the lock `name` does when clients wait (the library's
 /// own `wake_next`, `lua/shared_wake.lua`), but with the wake channels'
 /// prefix `prefix`: the hold is deleted and the first listed client is
-/// handed the lock if it asked, told on `prefix` + its id.
-fn unlock_and_hand_over(server: &RedisServer, name: &str, prefix: &str) -> Reply {
+/// handed the lock if it asked, told on `prefix` + its id. `then_gone`: the
+/// hold handed over is deleted too, at once (as its lease running out
+/// would).
+fn unlock_and_hand_over(server: &RedisServer, name: &str, prefix: &str, then_gone: bool) -> Reply {
     let base = format!("lockwarden:{{{name}}}");
     let (waiters, asks, token) = (
         format!("{base}:waiters"),
@@ -382,9 +384,11 @@ fn unlock_and_hand_over(server: &RedisServer, name: &str, prefix: &str) -> Reply
     let script = concat!(
         include_str!("../lua/shared.lua"),
         include_str!("../lua/shared_wake.lua"),
-        "redis.call('DEL', KEYS[1]) return wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) and 1 or 0"
+        "redis.call('DEL', KEYS[1]) local r = wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) \
+         if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end return r and 1 or 0"
     );
-    server.cmd(&["EVAL", script, "4", name, &waiters, &asks, &token, prefix])
+    let gone = if then_gone { "1" } else { "0" };
+    server.cmd(&["EVAL", script, "4", name, &waiters, &asks, &token, prefix, gone])
 }
 
 /// A lock `name` held by a made-up owner for 30 s (a hold the tests end by
@@ -485,7 +489,10 @@ async fn a_grant_whose_message_is_lost_is_claimed_by_the_next_look() {
         assert!(eventually(Duration::from_secs(5), || listed(&server, "lost") == 1).await);
         let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
         let handed = Instant::now();
-        assert_eq!(unlock_and_hand_over(&server, "lost", "elsewhere:").as_int(), Some(1));
+        assert_eq!(
+            unlock_and_hand_over(&server, "lost", "elsewhere:", false).as_int(),
+            Some(1)
+        );
         assert_eq!(server.owners("lost").len(), 1, "handed over");
         let pttl = server.cmd(&["PTTL", "lost"]).as_int().unwrap();
         assert!((1..=5000).contains(&pttl), "the grant's first lease: {pttl} ms");
@@ -526,7 +533,10 @@ async fn a_wait_dropped_after_an_unheard_grant_gives_the_lock_back() {
         let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
         assert!(eventually(Duration::from_secs(5), || listed(&server, "dropped") == 1).await);
         let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
-        assert_eq!(unlock_and_hand_over(&server, "dropped", "elsewhere:").as_int(), Some(1));
+        assert_eq!(
+            unlock_and_hand_over(&server, "dropped", "elsewhere:", false).as_int(),
+            Some(1)
+        );
         assert_eq!(server.owners("dropped").len(), 1, "handed over");
         let pttl = server.cmd(&["PTTL", "dropped"]).as_int().unwrap();
         assert!(pttl > 20_000, "the grant's lease runs {pttl} ms more");
@@ -565,23 +575,7 @@ async fn a_grant_whose_lease_ran_out_before_its_claim_is_not_taken() {
         let _decoy = decoy(&server, &format!("elsewhere:{}", c.id()));
         // Handed over unheard, and gone at once (as its lease running out
         // would), before the waiter's next look.
-        let script = concat!(
-            include_str!("../lua/shared.lua"),
-            include_str!("../lua/shared_wake.lua"),
-            "redis.call('DEL', KEYS[1]) local r = wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) \
-             redis.call('DEL', KEYS[1]) return r and 1 or 0"
-        );
-        let base = "lockwarden:{expired}";
-        let r = server.cmd(&[
-            "EVAL",
-            script,
-            "4",
-            "expired",
-            &format!("{base}:waiters"),
-            &format!("{base}:asks"),
-            &format!("{base}:token"),
-            "elsewhere:",
-        ]);
+        let r = unlock_and_hand_over(&server, "expired", "elsewhere:", true);
         assert_eq!(r.as_int(), Some(1));
         let other = client(&server.url(), LONG).await;
         let held = other
