@@ -1,0 +1,598 @@
+//! A model of lockwarden's reentrant lock on one master, for the
+//! `stateright` model checker (`tests/model_check.rs`) and for the
+//! differential test that holds it to the real scripts
+//! (`tests/differential.rs`).
+//!
+//! [`server`] is the server: the lock's keys and each script as one atomic
+//! step. This file adds the clients and the network: each client takes,
+//! re-enters and releases the lock (one call at a time) while its watchdog
+//! renews it; requests and replies can be lost, a client re-sends a
+//! request whose reply it lost (within its command timeout, which the
+//! replay records outlive) and gives up after it; a client can crash or
+//! stall (stop acting while the clock runs); the server can lose its data
+//! (FLUSHALL, a restart without persistence) or one key (eviction), and
+//! another program can write the lock's name. Every interleaving of these,
+//! up to the bounds of [`Bounds`], is explored.
+//!
+//! To add a kind: its keys in [`server::Server`], its scripts as methods
+//! there (the same decisions, in the same order, as the Lua), its client
+//! calls in [`Op`], its holds in [`Phase`], and the pairs of kinds that may
+//! hold one name together in [`LockModel::holders_agree`]; then the
+//! differential test's operations for its scripts.
+#![allow(dead_code)]
+
+pub mod server;
+
+use server::{AcquireReply, Defect, Key, Owner, ReleaseReply, Req, Server};
+use stateright::{Model, Property};
+
+/// The bounds of an exploration.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub clients: usize,
+    /// Acquisitions each client may start.
+    pub acquires: u8,
+    /// Calls (takes, re-entries, releases) each client may start.
+    pub calls: u8,
+    /// Data losses (FLUSHALL, restart, eviction), in all.
+    pub faults: u8,
+    /// Whether another program may write the lock's name.
+    pub foreign: bool,
+    /// Steps explored from the start (`None`: until no new state).
+    pub depth: Option<usize>,
+}
+
+/// Lengths of time, in ticks.
+pub const LEASE: i32 = 2;
+/// A client re-sends a request only this long after its first send (its
+/// command timeout), then gives up.
+pub const TIMEOUT: i32 = 1;
+/// A replay record's lifetime: longer than any re-send comes
+/// (`record_ttl` is 4 command timeouts).
+pub const KEEP: i32 = 2;
+
+/// What a client's hold is, as the client was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    /// Held: the token, the levels, and the tick its validity ends at.
+    Held {
+        token: u64,
+        count: u32,
+        valid_until: i32,
+    },
+    /// Told the hold was lost; its release is still to come.
+    Lost {
+        token: u64,
+    },
+    Crashed,
+}
+
+/// A client's call to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Acquire,
+    Release { token: u64 },
+}
+
+/// Where a call is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// The request is on its way (`first`: never sent before).
+    Sent { first: bool },
+    /// The script ran; the reply is on its way.
+    Replied(Reply),
+    /// The request or the reply was lost: the client hears nothing.
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    Acquire(AcquireReply),
+    Release(ReleaseReply),
+    Renew(bool),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub op: Op,
+    pub req: Req,
+    /// The tick of its first send.
+    pub since: i32,
+    pub wire: Wire,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientState {
+    pub phase: Phase,
+    pub call: Option<Call>,
+    /// A request the client gave up on while it was still on its way: it
+    /// may still reach the server (its reply goes unheard), or be lost.
+    pub late: Option<Call>,
+    pub acquires_left: u8,
+    pub calls_left: u8,
+    /// Its levels are unknown: a re-entry it gave up on may have counted.
+    pub levels_unknown: bool,
+    /// Ghosts: a release of a hold this client was told was lost answered
+    /// something other than `NotHeld`; the levels it believes and the
+    /// server's disagree (a replayed call counted twice).
+    pub lost_release_not_refused: bool,
+    pub levels_disagree: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub server: Server,
+    pub clients: Vec<ClientState>,
+    pub faults_left: u8,
+    /// Ghost: which clients have held the name (bit per client).
+    pub have_held: u8,
+    /// Ghost: a hold was lost with the server's data: mutual exclusion
+    /// then rests on the fencing tokens until the holder hears of it.
+    pub data_lost: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Client `c` starts a call: a take or re-entry, or a release.
+    Start(usize, Op),
+    /// The server runs client `c`'s request.
+    Run(usize),
+    /// Client `c` hears its reply.
+    Hear(usize),
+    /// Client `c`'s request or reply is lost.
+    Lose(usize),
+    /// Client `c` sends its unanswered request again.
+    Resend(usize),
+    /// Client `c` gives up on its call (its command timeout).
+    GiveUp(usize),
+    /// Client `c`'s request it gave up on reaches the server, or is lost.
+    RunLate(usize),
+    LoseLate(usize),
+    /// Client `c`'s watchdog renews (sent, run and its reply heard), or
+    /// renews and the reply is lost.
+    Renew(usize),
+    RenewUnheard(usize),
+    Tick,
+    Flush,
+    EvictLock,
+    EvictCounter,
+    WriteForeign,
+}
+
+/// The model: its bounds and, to show a property can fail, a defect.
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    pub bounds: Bounds,
+    pub defect: Option<Defect>,
+}
+
+impl LockModel {
+    pub fn new(bounds: Bounds) -> LockModel {
+        LockModel { bounds, defect: None }
+    }
+
+    pub fn with_defect(bounds: Bounds, defect: Defect) -> LockModel {
+        LockModel {
+            bounds,
+            defect: Some(defect),
+        }
+    }
+
+    /// How many clients believe they hold the name with validity left
+    /// (a client releasing has left its critical section).
+    pub fn valid_holders(state: &State) -> usize {
+        state
+            .clients
+            .iter()
+            .filter(|c| {
+                let releasing = matches!(
+                    c.call,
+                    Some(Call {
+                        op: Op::Release { .. },
+                        ..
+                    })
+                );
+                !releasing && matches!(c.phase, Phase::Held { valid_until, .. } if state.server.now < valid_until)
+            })
+            .count()
+    }
+
+    /// Whether the holders may hold together: the reentrant lock admits one.
+    pub fn holders_agree(state: &State) -> bool {
+        Self::valid_holders(state) <= 1
+    }
+
+    fn run(&self, s: &mut State, c: usize) {
+        let Some(mut call) = s.clients[c].call else { return };
+        let Wire::Sent { first } = call.wire else { return };
+        call.wire = Wire::Replied(self.execute(s, c, call, first));
+        s.clients[c].call = Some(call);
+    }
+
+    /// Runs client `c`'s request on the server.
+    fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
+        let owner = c as Owner;
+        match call.op {
+            Op::Acquire => Reply::Acquire(s.server.acquire(owner, call.req, LEASE, KEEP, first, self.defect)),
+            Op::Release { token } => {
+                Reply::Release(
+                    s.server
+                        .release(owner, call.req, Some(token), 0, KEEP, first, self.defect),
+                )
+            }
+        }
+    }
+
+    fn hear(&self, s: &mut State, c: usize) {
+        let now = s.server.now;
+        let cl = &mut s.clients[c];
+        let Some(call) = cl.call else { return };
+        let Wire::Replied(reply) = call.wire else { return };
+        cl.call = None;
+        if cl.phase == Phase::Crashed {
+            return;
+        }
+        let dated = if self.defect == Some(Defect::ValidityFromReply) {
+            now
+        } else {
+            call.since
+        };
+        match (call.op, reply) {
+            (Op::Acquire, Reply::Acquire(AcquireReply::Fresh(token) | AcquireReply::Held { token, count: 1 }))
+                if cl.phase == Phase::Idle =>
+            {
+                cl.phase = Phase::Held {
+                    token,
+                    count: 1,
+                    valid_until: dated + LEASE,
+                };
+                s.have_held |= 1 << c;
+            }
+            (
+                Op::Acquire,
+                Reply::Acquire(AcquireReply::Fresh(fresh) | AcquireReply::Held { token: fresh, count: 1 }),
+            ) if matches!(cl.phase, Phase::Held { token, .. } if token != fresh) => {
+                // The hold was gone and the re-entry took a new one.
+                cl.phase = Phase::Held {
+                    token: fresh,
+                    count: 1,
+                    valid_until: dated + LEASE,
+                };
+            }
+            (Op::Acquire, Reply::Acquire(AcquireReply::Held { count, .. })) => {
+                if let Phase::Held {
+                    token,
+                    count: was,
+                    valid_until,
+                } = cl.phase
+                {
+                    if count != was + 1 && !cl.levels_unknown {
+                        cl.levels_disagree = true;
+                    }
+                    cl.phase = Phase::Held {
+                        token,
+                        count,
+                        valid_until,
+                    };
+                }
+            }
+            (Op::Acquire, _) => {}
+            (Op::Release { .. }, Reply::Release(r)) => {
+                match cl.phase {
+                    Phase::Lost { .. } => {
+                        if matches!(r, ReleaseReply::Left(_)) {
+                            cl.lost_release_not_refused = true;
+                        }
+                        cl.phase = Phase::Idle;
+                    }
+                    Phase::Held {
+                        token,
+                        count,
+                        valid_until,
+                    } => match r {
+                        ReleaseReply::Left(0) => {
+                            if count != 1 && !cl.levels_unknown {
+                                cl.levels_disagree = true;
+                            }
+                            cl.phase = Phase::Idle;
+                            cl.levels_unknown = false;
+                        }
+                        ReleaseReply::Left(n) => {
+                            if n + 1 != count && !cl.levels_unknown {
+                                cl.levels_disagree = true;
+                            }
+                            cl.phase = Phase::Held {
+                                token,
+                                count: n,
+                                valid_until,
+                            };
+                        }
+                        // Not held any more (lost meanwhile): the guard
+                        // is done with.
+                        _ => cl.phase = Phase::Idle,
+                    },
+                    _ => {}
+                }
+            }
+            (Op::Release { .. }, _) => {}
+        }
+    }
+
+    fn hear_renewal(&self, s: &mut State, c: usize, sent: i32, ok: bool) {
+        let cl = &mut s.clients[c];
+        if let Phase::Held {
+            token,
+            count,
+            valid_until,
+        } = cl.phase
+        {
+            cl.phase = if ok {
+                Phase::Held {
+                    token,
+                    count,
+                    valid_until: valid_until.max(sent + LEASE),
+                }
+            } else {
+                Phase::Lost { token }
+            };
+        }
+    }
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            server: Server::new(),
+            clients: (0..self.bounds.clients)
+                .map(|_| ClientState {
+                    phase: Phase::Idle,
+                    call: None,
+                    late: None,
+                    acquires_left: self.bounds.acquires,
+                    calls_left: self.bounds.calls,
+                    levels_unknown: false,
+                    lost_release_not_refused: false,
+                    levels_disagree: false,
+                })
+                .collect(),
+            faults_left: self.bounds.faults,
+            have_held: 0,
+            data_lost: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let now = s.server.now;
+        for (c, cl) in s.clients.iter().enumerate() {
+            if cl.phase != Phase::Crashed && cl.calls_left > 0 {
+                match (cl.call, cl.phase) {
+                    (None, Phase::Idle) if cl.acquires_left > 0 => actions.push(Action::Start(c, Op::Acquire)),
+                    (None, Phase::Held { token, count, .. }) => {
+                        if count < 2 {
+                            actions.push(Action::Start(c, Op::Acquire));
+                        }
+                        actions.push(Action::Start(c, Op::Release { token }));
+                    }
+                    (None, Phase::Lost { token }) => actions.push(Action::Start(c, Op::Release { token })),
+                    _ => {}
+                }
+            }
+            if cl.phase != Phase::Crashed {
+                if let Some(call) = cl.call {
+                    match call.wire {
+                        Wire::Replied(_) => actions.push(Action::Hear(c)),
+                        Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
+                        // Its command timeout: given up on, answered or
+                        // not (a request still on its way may come late).
+                        _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
+                        _ => {}
+                    }
+                }
+                // The watchdog renews a hold until its release begins.
+                let releasing = matches!(
+                    cl.call,
+                    Some(Call {
+                        op: Op::Release { .. },
+                        ..
+                    })
+                );
+                if matches!(cl.phase, Phase::Held { .. }) && !releasing {
+                    actions.push(Action::Renew(c));
+                    actions.push(Action::RenewUnheard(c));
+                }
+            }
+            if let Some(late) = cl.late {
+                if matches!(late.wire, Wire::Sent { first: true }) || now < late.since + KEEP {
+                    actions.push(Action::RunLate(c));
+                }
+                actions.push(Action::LoseLate(c));
+            }
+            // A crashed client's requests still reach the server, late or
+            // not; a re-sent one within its replay record's lifetime (the
+            // assumption the records are made for).
+            if let Some(call) = cl.call {
+                match call.wire {
+                    Wire::Sent { first } => {
+                        if first || now < call.since + KEEP {
+                            actions.push(Action::Run(c));
+                        }
+                        actions.push(Action::Lose(c));
+                    }
+                    Wire::Replied(_) => actions.push(Action::Lose(c)),
+                    Wire::Gone => {}
+                }
+            }
+        }
+        actions.push(Action::Tick);
+        if s.faults_left > 0 {
+            actions.push(Action::Flush);
+            if matches!(s.server.lock, Key::Hold(_)) {
+                actions.push(Action::EvictLock);
+            }
+            if s.server.counter.is_some() {
+                actions.push(Action::EvictCounter);
+            }
+        }
+        if self.bounds.foreign && s.server.lock == Key::Absent {
+            actions.push(Action::WriteForeign);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let now = s.server.now;
+        match action {
+            Action::Start(c, op) => {
+                // Request ids are the client's own (as a client's
+                // uuid makes them): the same calls in another order are
+                // the same state.
+                let req = (c as Req) * 64 + Req::from(self.bounds.calls - s.clients[c].calls_left);
+                if op == Op::Acquire && s.clients[c].phase == Phase::Idle {
+                    s.clients[c].acquires_left -= 1;
+                }
+                s.clients[c].calls_left -= 1;
+                s.clients[c].call = Some(Call {
+                    op,
+                    req,
+                    since: now,
+                    wire: Wire::Sent { first: true },
+                });
+            }
+            Action::Run(c) => self.run(&mut s, c),
+            Action::RunLate(c) => {
+                let late = s.clients[c].late.take();
+                if let Some(call) = late {
+                    let Wire::Sent { first } = call.wire else {
+                        return Some(s);
+                    };
+                    // A late take or re-entry the client never hears of:
+                    // an orphan hold until its lease ends, or a level more
+                    // on the owner's own hold, which then outlives its
+                    // last release by up to a lease (a liveness cost the
+                    // README states; never a second holder).
+                    let was = s.server.lock;
+                    self.execute(&mut s, c, call, first);
+                    if s.server.lock != was {
+                        s.clients[c].levels_unknown = true;
+                    }
+                }
+            }
+            Action::LoseLate(c) => s.clients[c].late = None,
+            Action::Hear(c) => self.hear(&mut s, c),
+            Action::Lose(c) => {
+                if let Some(call) = s.clients[c].call.as_mut() {
+                    call.wire = Wire::Gone;
+                }
+            }
+            Action::Resend(c) => {
+                if let Some(call) = s.clients[c].call.as_mut() {
+                    call.wire = Wire::Sent { first: false };
+                }
+            }
+            Action::GiveUp(c) => {
+                let cl = &mut s.clients[c];
+                let call = cl.call.take()?;
+                if let Wire::Sent { .. } = call.wire {
+                    cl.late = Some(call);
+                }
+                match (call.op, cl.phase) {
+                    // An acquire whose outcome is unknown is an error: the
+                    // client holds nothing (a take the server made
+                    // expires with its lease).
+                    (Op::Acquire, Phase::Idle) => {}
+                    // A re-entry's: its levels are unknown (the hold
+                    // stands).
+                    (Op::Acquire, _) => cl.levels_unknown = true,
+                    // A release's: the guard is spent.
+                    (Op::Release { .. }, _) => cl.phase = Phase::Idle,
+                }
+            }
+            Action::Renew(c) => {
+                // Sent, run and heard in one step: the tightest case (a
+                // renewal heard later was sent earlier, and its sender
+                // counts from the send).
+                let ok = s.server.renew(c as Owner, LEASE, self.defect);
+                self.hear_renewal(&mut s, c, now, ok);
+            }
+            Action::RenewUnheard(c) => {
+                s.server.renew(c as Owner, LEASE, self.defect);
+            }
+            Action::Tick => {
+                s.server.advance(1);
+                shift(&mut s);
+            }
+            Action::Flush => {
+                s.faults_left -= 1;
+                s.data_lost = true;
+                s.server.flush();
+            }
+            Action::EvictLock => {
+                s.faults_left -= 1;
+                s.data_lost = true;
+                s.server.lock = Key::Absent;
+            }
+            Action::EvictCounter => {
+                s.faults_left -= 1;
+                s.server.counter = None;
+            }
+            Action::WriteForeign => s.server.lock = Key::Foreign,
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always("never two holders with validity left", |_, s| {
+                s.data_lost || LockModel::holders_agree(s)
+            }),
+            Property::<Self>::always("tokens only grow", |_, s| !s.server.token_went_back),
+            Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
+                s.clients.iter().all(|c| !c.lost_release_not_refused)
+            }),
+            Property::<Self>::always("a release never frees another's hold", |_, s| !s.server.freed_another),
+            Property::<Self>::always("no script writes a key that is not a hold", |_, s| {
+                !s.server.foreign_written
+            }),
+            Property::<Self>::always("no refused caller moves the holder's lease", |_, s| {
+                !s.server.refusal_moved_lease
+            }),
+            Property::<Self>::always("a replayed call is counted once", |_, s| {
+                s.clients.iter().all(|c| !c.levels_disagree)
+            }),
+            Property::<Self>::always("a held name frees by its lease's end", |_, s| match s.server.lock {
+                Key::Hold(h) => h.expires > s.server.now && h.expires <= s.server.now + LEASE,
+                _ => true,
+            }),
+            Property::<Self>::sometimes("every client holds the name in turn", |m, s| {
+                u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+        ]
+    }
+}
+
+/// Times made relative to now (now becomes 0), and times so far back that
+/// they no longer change a decision clamped: the same situation at two
+/// ticks is one state, so the exploration needs no clock bound.
+fn shift(s: &mut State) {
+    let n = s.server.now;
+    let back = |t: i32, floor: i32| (t - n).max(floor);
+    s.server.now = 0;
+    if let Key::Hold(h) = &mut s.server.lock {
+        h.expires -= n;
+    }
+    for r in &mut s.server.records {
+        r.expires -= n;
+    }
+    for cl in &mut s.clients {
+        if let Some(call) = cl.call.as_mut() {
+            call.since = back(call.since, -LEASE);
+        }
+        if let Phase::Held { valid_until, .. } = &mut cl.phase {
+            *valid_until = back(*valid_until, 0);
+        }
+    }
+}

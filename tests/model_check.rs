@@ -1,0 +1,107 @@
+//! The reentrant lock's protocol, model-checked: every interleaving of the
+//! model in `tests/model/` (clients taking, re-entering, renewing and
+//! releasing; lost requests and replies, re-sends, give-ups, crashes,
+//! stalls; FLUSHALL, restarts, evictions, a foreign key) up to a bound,
+//! breadth first, with each property checked in every reachable state.
+//!
+//! The bound here keeps the test command fast; set
+//! `LOCKWARDEN_MODEL_LONG=1` for the longer run whose figures the README
+//! gives. Each property is also shown able to fail: the model given back
+//! a defect the property is there to catch yields a counterexample.
+mod model;
+
+use std::time::Instant;
+
+use model::server::Defect;
+use model::{Bounds, LockModel};
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// The bound of the test command's run.
+const SHORT: Bounds = Bounds {
+    clients: 2,
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: true,
+    depth: Some(16),
+};
+
+/// The bound of the longer run (`LOCKWARDEN_MODEL_LONG=1`).
+const LONG: Bounds = Bounds {
+    clients: 3,
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: true,
+    depth: Some(20),
+};
+
+#[test]
+fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
+    let mut bounds = if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
+        LONG
+    } else {
+        SHORT
+    };
+    if let Ok(b) = std::env::var("LOCKWARDEN_MODEL_BOUNDS") {
+        let v: Vec<u32> = b.split(',').map(|x| x.parse().unwrap()).collect();
+        bounds = Bounds {
+            clients: v[0] as usize,
+            acquires: v[1] as u8,
+            calls: v[2] as u8,
+            faults: v[3] as u8,
+            foreign: v[4] == 1,
+            depth: v.get(5).map(|&d| d as usize),
+        };
+    }
+    let started = Instant::now();
+    let checker = LockModel::new(bounds).checker();
+    let checker = match bounds.depth {
+        Some(d) => checker.target_max_depth(d),
+        None => checker,
+    };
+    let checker = checker.threads(2).spawn_bfs().join();
+    eprintln!(
+        "{bounds:?}: {} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(checker.is_done(), "the exploration ended before the bound");
+    checker.assert_properties();
+}
+
+/// Each defect and the property that must catch it.
+const CAUGHT: [(Defect, &str); 7] = [
+    (Defect::CounterRestartsAtOne, "tokens only grow"),
+    (Defect::RenewRecreates, "never two holders with validity left"),
+    (Defect::RefusalExtends, "no refused caller moves the holder's lease"),
+    (Defect::ReleaseIgnoresToken, "a release never frees another's hold"),
+    (Defect::ReentryUnrecorded, "a replayed call is counted once"),
+    (Defect::OverwritesForeign, "no script writes a key that is not a hold"),
+    (Defect::ValidityFromReply, "never two holders with validity left"),
+];
+
+#[test]
+fn every_property_finds_the_defect_it_is_there_for() {
+    for (defect, property) in CAUGHT {
+        let checker = LockModel::with_defect(SHORT, defect).checker();
+        let checker = match SHORT.depth {
+            Some(d) => checker.target_max_depth(d),
+            None => checker,
+        };
+        let checker = checker
+            .finish_when(HasDiscoveries::AnyFailures)
+            .threads(2)
+            .spawn_bfs()
+            .join();
+        let path = checker
+            .discovery(property)
+            .unwrap_or_else(|| panic!("{defect:?}: no counterexample to {property:?}"));
+        eprintln!("{defect:?} breaks {property:?}:");
+        for action in path.into_actions() {
+            eprintln!("  {action:?}");
+        }
+    }
+}
