@@ -65,7 +65,6 @@ pub enum Phase {
     Lost {
         token: u64,
     },
-    Crashed,
 }
 
 /// A client's call to the server.
@@ -230,9 +229,6 @@ impl LockModel {
         let Some(call) = cl.call else { return };
         let Wire::Replied(reply) = call.wire else { return };
         cl.call = None;
-        if cl.phase == Phase::Crashed {
-            return;
-        }
         let dated = if self.defect == Some(Defect::ValidityFromReply) {
             now
         } else {
@@ -310,7 +306,10 @@ impl LockModel {
                         }
                         // Not held any more (lost meanwhile): the guard
                         // is done with.
-                        _ => cl.phase = Phase::Idle,
+                        _ => {
+                            cl.phase = Phase::Idle;
+                            cl.levels_unknown = false;
+                        }
                     },
                     _ => {}
                 }
@@ -368,7 +367,7 @@ impl Model for LockModel {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let now = s.server.now;
         for (c, cl) in s.clients.iter().enumerate() {
-            if cl.phase != Phase::Crashed && cl.calls_left > 0 {
+            if cl.calls_left > 0 {
                 match (cl.call, cl.phase) {
                     (None, Phase::Idle) if cl.acquires_left > 0 => actions.push(Action::Start(c, Op::Acquire)),
                     (None, Phase::Held { token, count, .. }) => {
@@ -381,29 +380,27 @@ impl Model for LockModel {
                     _ => {}
                 }
             }
-            if cl.phase != Phase::Crashed {
-                if let Some(call) = cl.call {
-                    match call.wire {
-                        Wire::Replied(_) => actions.push(Action::Hear(c)),
-                        Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
-                        // Its command timeout: given up on, answered or
-                        // not (a request still on its way may come late).
-                        _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
-                        _ => {}
-                    }
+            if let Some(call) = cl.call {
+                match call.wire {
+                    Wire::Replied(_) => actions.push(Action::Hear(c)),
+                    Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
+                    // Its command timeout: given up on, answered or
+                    // not (a request still on its way may come late).
+                    _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
+                    _ => {}
                 }
-                // The watchdog renews a hold until its release begins.
-                let releasing = matches!(
-                    cl.call,
-                    Some(Call {
-                        op: Op::Release { .. },
-                        ..
-                    })
-                );
-                if matches!(cl.phase, Phase::Held { .. }) && !releasing {
-                    actions.push(Action::Renew(c));
-                    actions.push(Action::RenewUnheard(c));
-                }
+            }
+            // The watchdog renews a hold until its release begins.
+            let releasing = matches!(
+                cl.call,
+                Some(Call {
+                    op: Op::Release { .. },
+                    ..
+                })
+            );
+            if matches!(cl.phase, Phase::Held { .. }) && !releasing {
+                actions.push(Action::Renew(c));
+                actions.push(Action::RenewUnheard(c));
             }
             if let Some(late) = cl.late {
                 if matches!(late.wire, Wire::Sent { first: true }) || now < late.since + KEEP {
@@ -411,9 +408,9 @@ impl Model for LockModel {
                 }
                 actions.push(Action::LoseLate(c));
             }
-            // A crashed client's requests still reach the server, late or
-            // not; a re-sent one within its replay record's lifetime (the
-            // assumption the records are made for).
+            // Requests reach the server, late or not; a re-sent one
+            // within its replay record's lifetime (the assumption the
+            // records are made for).
             if let Some(call) = cl.call {
                 match call.wire {
                     Wire::Sent { first } => {
