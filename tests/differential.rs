@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{RedisServer, Reply, Resp};
-use model::server::{AcquireReply, Key, Recorded, ReleaseReply, Server, EPOCH};
+use model::server::{AcquireReply, Key, Recorded, ReleaseCall, ReleaseReply, Server, EPOCH};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -242,7 +242,15 @@ impl Run<'_> {
                     (Named::Older(i), _) => Some(self.tokens[i % self.tokens.len()]),
                 };
                 let relet = if relet { LEASES[2] } else { 0 };
-                let want = self.model.release(o, req, token, relet, KEEP, first, None);
+                let call = ReleaseCall {
+                    owner: o,
+                    req,
+                    token,
+                    relet,
+                    keep: KEEP,
+                    first,
+                };
+                let want = self.model.release(call, None);
                 let token_arg = match token {
                     Some(t) => self.real(t)?.to_string(),
                     None => String::new(),

@@ -23,7 +23,7 @@
 
 pub mod server;
 
-use server::{AcquireReply, Defect, Key, Owner, ReleaseReply, Req, Server};
+use server::{AcquireReply, Defect, Key, Owner, ReleaseCall, ReleaseReply, Req, Server};
 use stateright::{Model, Property};
 
 /// The bounds of an exploration.
@@ -215,10 +215,15 @@ impl LockModel {
         match call.op {
             Op::Acquire => Reply::Acquire(s.server.acquire(owner, call.req, LEASE, KEEP, first, self.defect)),
             Op::Release { token } => {
-                Reply::Release(
-                    s.server
-                        .release(owner, call.req, Some(token), 0, KEEP, first, self.defect),
-                )
+                let release = ReleaseCall {
+                    owner,
+                    req: call.req,
+                    token: Some(token),
+                    relet: 0,
+                    keep: KEEP,
+                    first,
+                };
+                Reply::Release(s.server.release(release, self.defect))
             }
         }
     }

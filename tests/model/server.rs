@@ -75,6 +75,21 @@ pub enum AcquireReply {
     WrongType,
 }
 
+/// A release call's arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct ReleaseCall {
+    pub owner: Owner,
+    pub req: Req,
+    /// The hold's token (`None`: unknown, ARGV[4] = "").
+    pub token: Option<u64>,
+    /// The lease re-applied while levels remain (0: none).
+    pub relet: i32,
+    /// The replay record's lifetime.
+    pub keep: i32,
+    /// Never sent before (ARGV[5] = "1").
+    pub first: bool,
+}
+
 /// What the release script answers: `0` released, `n > 0` levels left,
 /// `-1` not this hold, or `WRONGTYPE string 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -289,24 +304,12 @@ impl Server {
         token
     }
 
-    /// release_last.lua + release.lua: one level of `owner`'s hold whose
-    /// token is `token` (`None`: unknown, ARGV[4] = ""); `relet`: the
-    /// lease re-applied while levels remain (0: none).
-    #[allow(clippy::too_many_arguments)]
-    pub fn release(
-        &mut self,
-        owner: Owner,
-        req: Req,
-        token: Option<u64>,
-        relet: i32,
-        keep: i32,
-        first: bool,
-        defect: Option<Defect>,
-    ) -> ReleaseReply {
+    /// release_last.lua + release.lua: one level of a hold left.
+    pub fn release(&mut self, call: ReleaseCall, defect: Option<Defect>) -> ReleaseReply {
         let before = self.lock;
-        let reply = self.leave_level(owner, req, token, relet, keep, first, defect);
+        let reply = self.leave_level(call, defect);
         if let Key::Hold(h) = before {
-            let theirs = h.owner != owner || token.is_some_and(|t| t != h.token);
+            let theirs = h.owner != call.owner || call.token.is_some_and(|t| t != h.token);
             if theirs && self.lock != before {
                 self.freed_another = true;
             }
@@ -314,17 +317,15 @@ impl Server {
         reply
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn leave_level(
-        &mut self,
-        owner: Owner,
-        req: Req,
-        token: Option<u64>,
-        relet: i32,
-        keep: i32,
-        first: bool,
-        defect: Option<Defect>,
-    ) -> ReleaseReply {
+    fn leave_level(&mut self, call: ReleaseCall, defect: Option<Defect>) -> ReleaseReply {
+        let ReleaseCall {
+            owner,
+            req,
+            token,
+            relet,
+            keep,
+            first,
+        } = call;
         if !first {
             if let Some(Recorded::Left(n)) = self.record(req) {
                 return ReleaseReply::Left(n);
