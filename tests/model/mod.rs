@@ -89,7 +89,6 @@ pub enum Wire {
 pub enum Reply {
     Acquire(AcquireReply),
     Release(ReleaseReply),
-    Renew(bool),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
