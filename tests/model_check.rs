@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use model::server::Defect;
 use model::{Bounds, LockModel};
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model};
 
 /// The bound of the test command's run.
 const SHORT: Bounds = Bounds {
@@ -38,6 +38,16 @@ const LONG: Bounds = Bounds {
     depth: Some(19),
 };
 
+/// A breadth-first checker of `model` on two threads, to its depth bound.
+fn bounded(model: LockModel) -> CheckerBuilder<LockModel> {
+    let depth = model.bounds.depth;
+    let checker = model.checker().threads(2);
+    match depth {
+        Some(d) => checker.target_max_depth(d),
+        None => checker,
+    }
+}
+
 #[test]
 fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
     let mut bounds = if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
@@ -57,12 +67,7 @@ fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
         };
     }
     let started = Instant::now();
-    let checker = LockModel::new(bounds).checker();
-    let checker = match bounds.depth {
-        Some(d) => checker.target_max_depth(d),
-        None => checker,
-    };
-    let checker = checker.threads(2).spawn_bfs().join();
+    let checker = bounded(LockModel::new(bounds)).spawn_bfs().join();
     eprintln!(
         "{bounds:?}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
@@ -88,14 +93,8 @@ const CAUGHT: [(Defect, &str); 7] = [
 #[test]
 fn every_property_finds_the_defect_it_is_there_for() {
     for (defect, property) in CAUGHT {
-        let checker = LockModel::with_defect(SHORT, defect).checker();
-        let checker = match SHORT.depth {
-            Some(d) => checker.target_max_depth(d),
-            None => checker,
-        };
-        let checker = checker
+        let checker = bounded(LockModel::with_defect(SHORT, defect))
             .finish_when(HasDiscoveries::AnyFailures)
-            .threads(2)
             .spawn_bfs()
             .join();
         let path = checker
