@@ -173,7 +173,7 @@ impl Run<'_> {
 
     /// Learns the real counter's start when the model made a new one.
     fn learn_counter(&mut self) -> Result<(), TestCaseError> {
-        let Some(model) = self.model.counter else { return Ok(()) };
+        let Some(model) = self.model.counter.value else { return Ok(()) };
         let start = model / EPOCH;
         if self.offsets.contains_key(&start) {
             return Ok(());
@@ -304,7 +304,7 @@ impl Run<'_> {
                 self.redis.cmd(&["FLUSHALL"]);
             }
             Step::EvictCounter => {
-                self.model.counter = None;
+                self.model.counter.value = None;
                 self.redis.cmd(&["DEL", COUNTER]);
             }
             Step::WriteForeign => {
@@ -387,7 +387,7 @@ impl Run<'_> {
                 );
             }
         }
-        if let Some(c) = self.model.counter {
+        if let Some(c) = self.model.counter.value {
             want_keys.push(COUNTER.to_string());
             let real = self.redis.cmd(&["GET", COUNTER]);
             prop_assert_eq!(real.as_int().map(i128::from), Some(self.real(c)?), "the counter");

@@ -13,6 +13,7 @@ mod model;
 
 use std::time::Instant;
 
+use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
 use model::server::Defect;
 use model::{Bounds, LockModel};
 use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model};
@@ -38,9 +39,12 @@ const LONG: Bounds = Bounds {
     depth: Some(19),
 };
 
-/// A breadth-first checker of `model` on two threads, to its depth bound.
-fn bounded(model: LockModel) -> CheckerBuilder<LockModel> {
-    let depth = model.bounds.depth;
+/// A breadth-first checker of `model` on two threads, to `depth`.
+fn bounded<M>(model: M, depth: Option<usize>) -> CheckerBuilder<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Send + Sync,
+{
     let checker = model.checker().threads(2);
     match depth {
         Some(d) => checker.target_max_depth(d),
@@ -67,7 +71,7 @@ fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
         };
     }
     let started = Instant::now();
-    let checker = bounded(LockModel::new(bounds)).spawn_bfs().join();
+    let checker = bounded(LockModel::new(bounds), bounds.depth).spawn_bfs().join();
     eprintln!(
         "{bounds:?}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
@@ -93,7 +97,7 @@ const CAUGHT: [(Defect, &str); 7] = [
 #[test]
 fn every_property_finds_the_defect_it_is_there_for() {
     for (defect, property) in CAUGHT {
-        let checker = bounded(LockModel::with_defect(SHORT, defect))
+        let checker = bounded(LockModel::with_defect(SHORT, defect), SHORT.depth)
             .finish_when(HasDiscoveries::AnyFailures)
             .spawn_bfs()
             .join();
@@ -104,5 +108,67 @@ fn every_property_finds_the_defect_it_is_there_for() {
         for action in path.into_actions() {
             eprintln!("  {action:?}");
         }
+    }
+}
+
+/// The read-write lock's bound: two tasks, each taking either side.
+const RW: FamilyBounds = FamilyBounds {
+    roles: &[Role::Rw, Role::Rw],
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: true,
+    numbers: 0,
+    depth: Some(14),
+};
+
+/// The semaphore's: acquisitions of 1 and of 2 of its 2 permits, its
+/// stored number lowered to none and raised back.
+const SEMAPHORE: FamilyBounds = FamilyBounds {
+    roles: &[Role::Semaphore { take: 1 }, Role::Semaphore { take: 2 }],
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: true,
+    numbers: 2,
+    depth: Some(14),
+};
+
+/// Both kinds on one name.
+const MIXED: FamilyBounds = FamilyBounds {
+    roles: &[Role::Rw, Role::Semaphore { take: 1 }],
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: false,
+    numbers: 0,
+    depth: Some(14),
+};
+
+fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
+    if let Some(d) = std::env::var(format!("LOCKWARDEN_MODEL_{name}_DEPTH"))
+        .ok()
+        .and_then(|d| d.parse().ok())
+    {
+        bounds.depth = Some(d);
+    }
+    bounds
+}
+
+#[test]
+fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_state() {
+    for (name, bounds) in [("RW", RW), ("SEMAPHORE", SEMAPHORE), ("MIXED", MIXED)] {
+        let bounds = family_bounds(name, bounds);
+        let started = Instant::now();
+        let checker = bounded(FamilyModel::new(bounds), bounds.depth).spawn_bfs().join();
+        eprintln!(
+            "{name} {bounds:?}: {} states ({} unique), depth {}, {:.1} s",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed().as_secs_f64()
+        );
+        assert!(checker.is_done(), "the exploration ended before the bound");
+        checker.assert_properties();
     }
 }

@@ -21,7 +21,9 @@
 //! differential test's operations for its scripts.
 #![allow(dead_code)]
 
+pub mod family;
 pub mod server;
+pub mod shared_hash;
 
 use server::{AcquireReply, Defect, Key, Owner, ReleaseCall, ReleaseReply, Req, Server};
 use stateright::{Model, Property};
@@ -434,7 +436,7 @@ impl Model for LockModel {
             if matches!(s.server.lock, Key::Hold(_)) {
                 actions.push(Action::EvictLock);
             }
-            if s.server.counter.is_some() {
+            if s.server.counter.value.is_some() {
                 actions.push(Action::EvictCounter);
             }
         }
@@ -538,7 +540,7 @@ impl Model for LockModel {
             }
             Action::EvictCounter => {
                 s.faults_left -= 1;
-                s.server.counter = None;
+                s.server.counter.value = None;
             }
             Action::WriteForeign => s.server.lock = Key::Foreign,
         }
@@ -550,7 +552,7 @@ impl Model for LockModel {
             Property::<Self>::always("never two holders with validity left", |_, s| {
                 s.data_lost || LockModel::holders_agree(s)
             }),
-            Property::<Self>::always("tokens only grow", |_, s| !s.server.token_went_back),
+            Property::<Self>::always("tokens only grow", |_, s| !s.server.counter.went_back),
             Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
                 s.clients.iter().all(|c| !c.lost_release_not_refused)
             }),

@@ -61,6 +61,56 @@ pub struct Record {
     pub expires: i32,
 }
 
+/// A lock's fencing counter (a string key without TTL).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Counter {
+    /// `None` when lost (or never made).
+    pub value: Option<u64>,
+    /// How many times it has started (the clock's reading in [`EPOCH`]s at
+    /// its next start).
+    pub starts: u64,
+    /// Ghosts: the highest token handed out, and whether one was not above
+    /// it.
+    pub max_token: u64,
+    pub went_back: bool,
+}
+
+impl Counter {
+    /// `next_token` of shared.lua: INCR, and a counter that did not exist
+    /// starts at the clock (`at_one`: the defect of starting at 1).
+    pub fn next(&mut self, at_one: bool) -> u64 {
+        let token = match self.value {
+            Some(t) => t + 1,
+            None => {
+                self.starts += 1;
+                if at_one {
+                    1
+                } else {
+                    self.starts * EPOCH
+                }
+            }
+        };
+        self.value = Some(token);
+        if token <= self.max_token {
+            self.went_back = true;
+        }
+        self.max_token = self.max_token.max(token);
+        token
+    }
+}
+
+/// The reply recorded for request `req`, if its record lives.
+pub fn recorded(records: &[Record], req: Req) -> Option<Recorded> {
+    records.iter().find(|r| r.req == req).map(|r| r.value)
+}
+
+/// Records `value` for `req` until the tick `expires` (a SET ... PX).
+pub fn set_record(records: &mut Vec<Record>, req: Req, value: Recorded, expires: i32) {
+    records.retain(|r| r.req != req);
+    records.push(Record { req, value, expires });
+    records.sort_by_key(|r| r.req);
+}
+
 /// What the acquire script answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AcquireReply {
@@ -129,16 +179,9 @@ pub enum Defect {
 pub struct Server {
     pub now: i32,
     pub lock: Key,
-    /// The fencing counter: `None` when lost (or never made).
-    pub counter: Option<u64>,
-    /// How many times the counter has started (the clock's reading in
-    /// [`EPOCH`]s at its next start).
-    pub starts: u64,
+    pub counter: Counter,
     pub records: Vec<Record>,
-    /// Ghosts (what the properties read; never read by a script): the
-    /// highest token handed out, and whether one was not above it.
-    pub max_token: u64,
-    pub token_went_back: bool,
+    /// Ghosts (what the properties read; never read by a script):
     /// A script wrote the foreign key.
     pub foreign_written: bool,
     /// A refused acquire moved the holder's lease.
@@ -152,11 +195,8 @@ impl Server {
         Server {
             now: 0,
             lock: Key::Absent,
-            counter: None,
-            starts: 0,
+            counter: Counter::default(),
             records: Vec::new(),
-            max_token: 0,
-            token_went_back: false,
             foreign_written: false,
             refusal_moved_lease: false,
             freed_another: false,
@@ -178,44 +218,20 @@ impl Server {
     /// FLUSHALL, or a restart without persistence.
     pub fn flush(&mut self) {
         self.lock = Key::Absent;
-        self.counter = None;
+        self.counter.value = None;
         self.records.clear();
     }
 
     fn record(&self, req: Req) -> Option<Recorded> {
-        self.records.iter().find(|r| r.req == req).map(|r| r.value)
+        recorded(&self.records, req)
     }
 
     fn set_record(&mut self, req: Req, value: Recorded, keep: i32) {
-        self.records.retain(|r| r.req != req);
-        self.records.push(Record {
-            req,
-            value,
-            expires: self.now + keep,
-        });
-        self.records.sort_by_key(|r| r.req);
+        set_record(&mut self.records, req, value, self.now + keep);
     }
 
-    /// `next_token` of shared.lua: INCR, and a counter that did not exist
-    /// starts at the clock.
     fn next_token(&mut self, defect: Option<Defect>) -> u64 {
-        let token = match self.counter {
-            Some(t) => t + 1,
-            None => {
-                self.starts += 1;
-                if defect == Some(Defect::CounterRestartsAtOne) {
-                    1
-                } else {
-                    self.starts * EPOCH
-                }
-            }
-        };
-        self.counter = Some(token);
-        if token <= self.max_token {
-            self.token_went_back = true;
-        }
-        self.max_token = self.max_token.max(token);
-        token
+        self.counter.next(defect == Some(Defect::CounterRestartsAtOne))
     }
 
     /// acquire_free.lua + acquire.lua, for a caller that only tries.

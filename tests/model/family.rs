@@ -1,0 +1,656 @@
+//! The model of the kinds whose holds carry their own leases in one hash:
+//! the read-write lock and the semaphore ([`super::shared_hash`] is the
+//! server), with clients of either kind on one name. Clients take (read or
+//! write, or permits), wait when refused (a writer's attempt then leaves
+//! its mark) and try again or stop waiting (a writer's leave call, or
+//! nothing: a dropped wait), re-enter, release, and renew through their
+//! watchdog; requests and replies are lost, re-sent and given up on as in
+//! [`super::LockModel`]; the server loses its data or one key, another
+//! program writes the name, and the semaphore's stored number is lowered
+//! to none and raised back.
+
+use stateright::{Model, Property};
+
+use super::server::{Owner, Req};
+use super::shared_hash::{
+    AcquireReply, Defect, Field, Holding, Name, ReleaseReply, RwAcquire, RwRelease, Server,
+};
+use super::{KEEP, LEASE, TIMEOUT};
+
+/// How long a waiting writer's mark lasts, in ticks: longer than a lease,
+/// so a mark that moved a lease would show.
+pub const MARK: i32 = 3;
+
+/// A semaphore's number of permits, as every handle has it.
+pub const PERMITS: u32 = 2;
+
+/// What a client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A task of the read-write lock, taking either side.
+    Rw,
+    /// Acquisitions of `take` of the semaphore's [`PERMITS`].
+    Semaphore { take: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub roles: &'static [Role],
+    pub acquires: u8,
+    pub calls: u8,
+    pub faults: u8,
+    pub foreign: bool,
+    /// Changes of the semaphore's stored number (to none, and back).
+    pub numbers: u8,
+    pub depth: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    /// Refused while waiting: its next attempt is of the same field.
+    Waiting { field: Field },
+    Held {
+        field: Field,
+        token: u64,
+        count: u32,
+        valid_until: i32,
+    },
+    Lost {
+        field: Field,
+        token: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Acquire(Field),
+    Release { field: Field, token: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    Acquire(AcquireReply),
+    Release(ReleaseReply),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wire {
+    Sent { first: bool },
+    Replied(Reply),
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub op: Op,
+    pub req: Req,
+    pub since: i32,
+    pub wire: Wire,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientState {
+    pub phase: Phase,
+    pub call: Option<Call>,
+    pub late: Option<Call>,
+    pub acquires_left: u8,
+    pub calls_left: u8,
+    pub levels_unknown: bool,
+    pub lost_release_not_refused: bool,
+    pub levels_disagree: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub server: Server,
+    pub clients: Vec<ClientState>,
+    pub faults_left: u8,
+    pub numbers_left: u8,
+    pub have_held: u8,
+    pub data_lost: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Start(usize, Op),
+    Run(usize),
+    Hear(usize),
+    Lose(usize),
+    Resend(usize),
+    GiveUp(usize),
+    RunLate(usize),
+    LoseLate(usize),
+    Renew(usize),
+    RenewUnheard(usize),
+    /// A waiting writer stops waiting and says so (rw_leave.lua).
+    Leave(usize),
+    /// A waiter stops waiting without a word (its wait dropped, the leave
+    /// call lost).
+    Abandon(usize),
+    Tick,
+    Flush,
+    EvictLock,
+    EvictCounter,
+    WriteForeign,
+    /// The semaphore's stored number set to 0, or to [`PERMITS`].
+    SetNumber(u32),
+}
+
+#[derive(Clone, Debug)]
+pub struct FamilyModel {
+    pub bounds: Bounds,
+    pub defect: Option<Defect>,
+}
+
+/// The owner id of client `c`'s read-write task, or of its `n`-th
+/// acquisition's permit id.
+fn owner_of(c: usize, n: u8) -> Owner {
+    (c as Owner) * 16 + n
+}
+
+impl FamilyModel {
+    pub fn new(bounds: Bounds) -> FamilyModel {
+        FamilyModel { bounds, defect: None }
+    }
+
+    pub fn with_defect(bounds: Bounds, defect: Defect) -> FamilyModel {
+        FamilyModel {
+            bounds,
+            defect: Some(defect),
+        }
+    }
+
+    /// The holds clients believe they have with validity left (a client
+    /// releasing has left its critical section): (client, field, count).
+    pub fn valid_holds(s: &State) -> Vec<(usize, Field, u32)> {
+        s.clients
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !matches!(c.call, Some(Call { op: Op::Release { .. }, .. })))
+            .filter_map(|(i, c)| match c.phase {
+                Phase::Held {
+                    field,
+                    count,
+                    valid_until,
+                    ..
+                } if s.server.now < valid_until => Some((i, field, count)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether the valid holds may stand together: many readers or one
+    /// writer (of one client: the writer's own reads are readers like any
+    /// other), permits within the number, and never both kinds.
+    pub fn holders_agree(&self, s: &State) -> bool {
+        let holds = Self::valid_holds(s);
+        let writers: Vec<usize> = holds
+            .iter()
+            .filter(|h| matches!(h.1, Field::Writer(_)))
+            .map(|h| h.0)
+            .collect();
+        let rw = holds.iter().any(|h| !matches!(h.1, Field::Permit(_)));
+        let permits: u32 = holds
+            .iter()
+            .filter(|h| matches!(h.1, Field::Permit(_)))
+            .map(|h| self.take_of(h.0))
+            .sum();
+        let lone_writer = writers.is_empty() || holds.iter().all(|h| h.0 == writers[0]);
+        lone_writer && permits <= PERMITS && (!rw || permits == 0)
+    }
+
+    fn take_of(&self, c: usize) -> u32 {
+        match self.bounds.roles[c] {
+            Role::Semaphore { take } => take,
+            Role::Rw => 0,
+        }
+    }
+
+    fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
+        match call.op {
+            Op::Acquire(Field::Permit(p)) => {
+                let take = self.take_of(c);
+                Reply::Acquire(s.server.sem_acquire(p, take, PERMITS, LEASE, true, call.req, self.defect))
+            }
+            Op::Acquire(field) => Reply::Acquire(s.server.rw_acquire(
+                RwAcquire {
+                    field,
+                    req: call.req,
+                    lease: LEASE,
+                    keep: KEEP,
+                    first,
+                    waits: true,
+                    mark: MARK,
+                },
+                self.defect,
+            )),
+            Op::Release {
+                field: Field::Permit(p),
+                ..
+            } => Reply::Release(s.server.sem_release(p)),
+            Op::Release { field, token } => Reply::Release(s.server.rw_release(
+                RwRelease {
+                    field,
+                    req: call.req,
+                    token: Some(token),
+                    relet: 0,
+                    keep: KEEP,
+                    first,
+                },
+                self.defect,
+            )),
+        }
+    }
+
+    fn hear(&self, s: &mut State, c: usize) {
+        let cl = &mut s.clients[c];
+        let Some(call) = cl.call else { return };
+        let Wire::Replied(reply) = call.wire else { return };
+        cl.call = None;
+        match (call.op, reply) {
+            (Op::Acquire(field), Reply::Acquire(AcquireReply::Granted { token, count })) => match cl.phase {
+                Phase::Held {
+                    count: was,
+                    token: t,
+                    valid_until,
+                    ..
+                } if count > 1 => {
+                    if count != was + 1 && !cl.levels_unknown {
+                        cl.levels_disagree = true;
+                    }
+                    cl.phase = Phase::Held {
+                        field,
+                        token: t,
+                        count,
+                        valid_until,
+                    };
+                }
+                _ => {
+                    // A fresh hold (a re-entry whose hold was gone takes a
+                    // new one: count 1), or a first acquisition that
+                    // entered the same task's hold a take it gave up on
+                    // made (its levels then count that one too).
+                    cl.phase = Phase::Held {
+                        field,
+                        token,
+                        count,
+                        valid_until: call.since + LEASE,
+                    };
+                    s.have_held |= 1 << c;
+                }
+            },
+            (Op::Acquire(field), Reply::Acquire(AcquireReply::Refused { .. })) => {
+                if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+                    cl.phase = Phase::Waiting { field };
+                }
+            }
+            (Op::Acquire(_), Reply::Acquire(_)) => {
+                if matches!(cl.phase, Phase::Waiting { .. }) {
+                    cl.phase = Phase::Idle;
+                }
+            }
+            (Op::Release { .. }, Reply::Release(r)) => match cl.phase {
+                Phase::Lost { .. } => {
+                    // A request the client gave up on that took a hold
+                    // after the loss (a reader's, which no token tells
+                    // apart) is freed by this release, which then answers
+                    // released: the late requests' cost the README states.
+                    if matches!(r, ReleaseReply::Left(_)) && !cl.levels_unknown {
+                        cl.lost_release_not_refused = true;
+                    }
+                    cl.phase = Phase::Idle;
+                    cl.levels_unknown = false;
+                }
+                Phase::Held {
+                    field,
+                    token,
+                    count,
+                    valid_until,
+                } => match r {
+                    ReleaseReply::Left(n) if n > 0 => {
+                        if n + 1 != count && !cl.levels_unknown {
+                            cl.levels_disagree = true;
+                        }
+                        cl.phase = Phase::Held {
+                            field,
+                            token,
+                            count: n,
+                            valid_until,
+                        };
+                    }
+                    ReleaseReply::Left(_) => {
+                        if count != 1 && !cl.levels_unknown {
+                            cl.levels_disagree = true;
+                        }
+                        cl.phase = Phase::Idle;
+                        cl.levels_unknown = false;
+                    }
+                    _ => {
+                        cl.phase = Phase::Idle;
+                        cl.levels_unknown = false;
+                    }
+                },
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn renew(&self, s: &mut State, c: usize, heard: bool) {
+        let now = s.server.now;
+        let Phase::Held {
+            field,
+            token,
+            count,
+            valid_until,
+        } = s.clients[c].phase
+        else {
+            return;
+        };
+        let ok = s.server.renew(field, LEASE);
+        if heard {
+            s.clients[c].phase = if ok {
+                Phase::Held {
+                    field,
+                    token,
+                    count,
+                    valid_until: valid_until.max(now + LEASE),
+                }
+            } else {
+                Phase::Lost { field, token }
+            };
+        }
+    }
+}
+
+impl Model for FamilyModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            server: Server::new(),
+            clients: self
+                .bounds
+                .roles
+                .iter()
+                .map(|_| ClientState {
+                    phase: Phase::Idle,
+                    call: None,
+                    late: None,
+                    acquires_left: self.bounds.acquires,
+                    calls_left: self.bounds.calls,
+                    levels_unknown: false,
+                    lost_release_not_refused: false,
+                    levels_disagree: false,
+                })
+                .collect(),
+            faults_left: self.bounds.faults,
+            numbers_left: self.bounds.numbers,
+            have_held: 0,
+            data_lost: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let now = s.server.now;
+        for (c, cl) in s.clients.iter().enumerate() {
+            if cl.calls_left > 0 && cl.call.is_none() {
+                match cl.phase {
+                    Phase::Idle if cl.acquires_left > 0 => {
+                        // Permit ids are per acquisition.
+                        let n = self.bounds.acquires - cl.acquires_left;
+                        match self.bounds.roles[c] {
+                            Role::Rw => {
+                                actions.push(Action::Start(c, Op::Acquire(Field::Reader(owner_of(c, 0)))));
+                                actions.push(Action::Start(c, Op::Acquire(Field::Writer(owner_of(c, 0)))));
+                            }
+                            Role::Semaphore { .. } => {
+                                actions.push(Action::Start(c, Op::Acquire(Field::Permit(owner_of(c, n)))))
+                            }
+                        }
+                    }
+                    Phase::Waiting { field } => actions.push(Action::Start(c, Op::Acquire(field))),
+                    Phase::Held {
+                        field, token, count, ..
+                    } => {
+                        if count < 2 && !matches!(field, Field::Permit(_)) {
+                            actions.push(Action::Start(c, Op::Acquire(field)));
+                        }
+                        actions.push(Action::Start(c, Op::Release { field, token }));
+                    }
+                    Phase::Lost { field, token } => actions.push(Action::Start(c, Op::Release { field, token })),
+                    _ => {}
+                }
+            }
+            if cl.call.is_none() {
+                if let Phase::Waiting { field } = cl.phase {
+                    if matches!(field, Field::Writer(_)) {
+                        actions.push(Action::Leave(c));
+                    }
+                    actions.push(Action::Abandon(c));
+                }
+            }
+            if let Some(call) = cl.call {
+                match call.wire {
+                    Wire::Replied(_) => actions.push(Action::Hear(c)),
+                    Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
+                    _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
+                    _ => {}
+                }
+            }
+            let releasing = matches!(cl.call, Some(Call { op: Op::Release { .. }, .. }));
+            if matches!(cl.phase, Phase::Held { .. }) && !releasing {
+                actions.push(Action::Renew(c));
+                actions.push(Action::RenewUnheard(c));
+            }
+            if let Some(late) = cl.late {
+                if matches!(late.wire, Wire::Sent { first: true }) || now < late.since + KEEP {
+                    actions.push(Action::RunLate(c));
+                }
+                actions.push(Action::LoseLate(c));
+            }
+            if let Some(call) = cl.call {
+                match call.wire {
+                    Wire::Sent { first } => {
+                        if first || now < call.since + KEEP {
+                            actions.push(Action::Run(c));
+                        }
+                        actions.push(Action::Lose(c));
+                    }
+                    Wire::Replied(_) => actions.push(Action::Lose(c)),
+                    Wire::Gone => {}
+                }
+            }
+        }
+        actions.push(Action::Tick);
+        if s.faults_left > 0 {
+            actions.push(Action::Flush);
+            if matches!(s.server.name, Name::Hash(_)) {
+                actions.push(Action::EvictLock);
+            }
+            if s.server.counter.value.is_some() {
+                actions.push(Action::EvictCounter);
+            }
+        }
+        if self.bounds.foreign && s.server.name == Name::Absent {
+            actions.push(Action::WriteForeign);
+        }
+        if s.numbers_left > 0 {
+            actions.push(Action::SetNumber(if s.server.number == Some(0) { PERMITS } else { 0 }));
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let now = s.server.now;
+        match action {
+            Action::Start(c, op) => {
+                let cl = &mut s.clients[c];
+                let req = (c as Req) * 64 + Req::from(self.bounds.calls - cl.calls_left);
+                if matches!(op, Op::Acquire(_)) && cl.phase == Phase::Idle {
+                    cl.acquires_left -= 1;
+                }
+                cl.calls_left -= 1;
+                cl.call = Some(Call {
+                    op,
+                    req,
+                    since: now,
+                    wire: Wire::Sent { first: true },
+                });
+            }
+            Action::Run(c) => {
+                let Some(mut call) = s.clients[c].call else { return None };
+                let Wire::Sent { first } = call.wire else { return None };
+                call.wire = Wire::Replied(self.execute(&mut s, c, call, first));
+                s.clients[c].call = Some(call);
+            }
+            Action::RunLate(c) => {
+                let call = s.clients[c].late.take()?;
+                if let Wire::Sent { first } = call.wire {
+                    let was = s.server.live();
+                    self.execute(&mut s, c, call, first);
+                    if s.server.live() != was {
+                        s.clients[c].levels_unknown = true;
+                    }
+                }
+            }
+            Action::LoseLate(c) => s.clients[c].late = None,
+            Action::Hear(c) => self.hear(&mut s, c),
+            Action::Lose(c) => {
+                if let Some(call) = s.clients[c].call.as_mut() {
+                    call.wire = Wire::Gone;
+                }
+            }
+            Action::Resend(c) => {
+                if let Some(call) = s.clients[c].call.as_mut() {
+                    call.wire = Wire::Sent { first: false };
+                }
+            }
+            Action::GiveUp(c) => {
+                let cl = &mut s.clients[c];
+                let call = cl.call.take()?;
+                if let Wire::Sent { .. } = call.wire {
+                    cl.late = Some(call);
+                }
+                match (call.op, cl.phase) {
+                    (Op::Acquire(_), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
+                    (Op::Acquire(_), _) => cl.levels_unknown = true,
+                    (Op::Release { .. }, _) => cl.phase = Phase::Idle,
+                }
+            }
+            Action::Renew(c) => self.renew(&mut s, c, true),
+            Action::RenewUnheard(c) => self.renew(&mut s, c, false),
+            Action::Leave(c) => {
+                if let Phase::Waiting {
+                    field: Field::Writer(o),
+                } = s.clients[c].phase
+                {
+                    let _ = s.server.rw_leave(o);
+                }
+                s.clients[c].phase = Phase::Idle;
+            }
+            Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
+            Action::Tick => {
+                s.server.advance(1);
+                shift(&mut s);
+            }
+            Action::Flush => {
+                s.faults_left -= 1;
+                s.data_lost = true;
+                s.server.flush();
+            }
+            Action::EvictLock => {
+                s.faults_left -= 1;
+                s.data_lost = true;
+                s.server.name = Name::Absent;
+            }
+            Action::EvictCounter => {
+                s.faults_left -= 1;
+                s.server.counter.value = None;
+            }
+            Action::WriteForeign => s.server.name = Name::Foreign,
+            Action::SetNumber(n) => {
+                s.numbers_left -= 1;
+                s.server.set_number(n);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always(
+                "never a writer with another holder, nor permits over the number, nor two kinds",
+                |m, s| s.data_lost || m.holders_agree(s),
+            ),
+            Property::<Self>::always("the number's permits bound the server's holds", |_, s| {
+                let live = s.server.live();
+                let permits: u32 = live
+                    .iter()
+                    .filter(|h| matches!(h.field, Field::Permit(_)))
+                    .map(|h| h.count)
+                    .sum();
+                permits <= PERMITS
+            }),
+            Property::<Self>::always("write tokens only grow", |_, s| !s.server.counter.went_back),
+            Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
+                s.clients.iter().all(|c| !c.lost_release_not_refused)
+            }),
+            Property::<Self>::always("a release never frees another's hold", |_, s| !s.server.freed_another),
+            Property::<Self>::always("no script writes a key that is not a hold", |_, s| {
+                !s.server.foreign_written
+            }),
+            Property::<Self>::always("no waiter's call moves a holder's lease", |_, s| {
+                !s.server.waiter_moved_lease
+            }),
+            Property::<Self>::always("a replayed call is counted once", |_, s| {
+                s.clients.iter().all(|c| !c.levels_disagree)
+            }),
+            Property::<Self>::always("every hold ends by its lease, within the hash's TTL", |_, s| {
+                match &s.server.name {
+                    Name::Hash(h) => h
+                        .holds
+                        .iter()
+                        .filter(|x| x.deadline > s.server.now)
+                        .all(|x: &Holding| x.deadline <= s.server.now + LEASE && x.deadline <= h.expires),
+                    _ => true,
+                }
+            }),
+            Property::<Self>::sometimes("every client holds in turn", |m, s| {
+                u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
+            }),
+        ]
+    }
+}
+
+/// Times relative to now (see the reentrant model's `shift`).
+fn shift(s: &mut State) {
+    let n = s.server.now;
+    let back = |t: i32, floor: i32| (t - n).max(floor);
+    s.server.now = 0;
+    if let Name::Hash(h) = &mut s.server.name {
+        h.expires -= n;
+        for x in &mut h.holds {
+            x.deadline = back(x.deadline, 0);
+        }
+        for m in &mut h.marks {
+            m.1 = back(m.1, 0);
+        }
+    }
+    for r in &mut s.server.records {
+        r.expires -= n;
+    }
+    for cl in &mut s.clients {
+        if let Some(call) = cl.call.as_mut() {
+            call.since = back(call.since, -LEASE);
+        }
+        if let Some(call) = cl.late.as_mut() {
+            call.since = back(call.since, -KEEP);
+        }
+        if let Phase::Held { valid_until, .. } = &mut cl.phase {
+            *valid_until = back(*valid_until, 0);
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! The server side of the model for the kinds whose holds each carry a
+//! lease of their own in one hash: the read-write lock
+//! (`lua/shared_rw.lua`, `lua/rw_acquire.lua`, `lua/rw_release.lua`,
+//! `lua/rw_leave.lua`) and the semaphore (`lua/sem_acquire.lua`,
+//! `lua/sem_release.lua`), with the watchdog's renewal (`lua/renew.lua`)
+//! of such a hold. One name, one master; both kinds' clients may meet on
+//! it. Each script is one atomic step making the Lua's decisions in the
+//! Lua's order, pruning included (a script that looks removes the holds
+//! and waiting writers' marks whose deadline passed).
+//!
+//! Times are ticks, as in [`super::server`]; `tests/differential.rs`
+//! holds these functions to the real scripts.
+
+use super::server::{recorded, set_record, Counter, Owner, Recorded, Record, Req};
+
+/// Which kind's hash the name is (its `:kind` field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Rw,
+    Semaphore,
+}
+
+/// An owner field of the hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// `"<client>:<owner>"`: the read-write lock's write hold.
+    Writer(Owner),
+    /// `"<client>:<owner>:r"`: one reader.
+    Reader(Owner),
+    /// `"<client>:p<n>:r"`: one acquisition of a semaphore's permits (a
+    /// "reader" to the shared snapshot, as its name ends in `:r`).
+    Permit(Owner),
+}
+
+impl Field {
+    pub fn is_reader(self) -> bool {
+        !matches!(self, Field::Writer(_))
+    }
+
+    /// The client the field's owner belongs to (owners and permit ids are
+    /// made per client: `client * 16 + n`).
+    pub fn client(self) -> Owner {
+        match self {
+            Field::Writer(o) | Field::Reader(o) | Field::Permit(o) => o / 16,
+        }
+    }
+}
+
+/// One hold: its field's count (levels, or a semaphore's permits), its
+/// `:<field>` deadline, and a semaphore's `:q:<field>` request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Holding {
+    pub field: Field,
+    pub count: u32,
+    pub deadline: i32,
+    pub req: Option<Req>,
+}
+
+/// The lock hash.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Hash {
+    pub kind: Kind,
+    /// Sorted by field.
+    pub holds: Vec<Holding>,
+    /// `:token`: the write hold's (left behind when a renewal prunes a dead
+    /// writer: no script reads it then).
+    pub token: Option<u64>,
+    /// `:ww:<writer>`: waiting writers' marks, until their deadlines.
+    pub marks: Vec<(Owner, i32)>,
+    /// `:wait`: a listening waiter was refused.
+    pub wait: bool,
+    /// The key's TTL, as the tick it expires at.
+    pub expires: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Name {
+    Absent,
+    Hash(Hash),
+    /// A string some other program wrote.
+    Foreign,
+    /// A hash of a `:wait` field alone, without kind or TTL (what an HSET
+    /// on an absent key makes): a hash no script recognises.
+    Stray,
+}
+
+/// What an acquire answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AcquireReply {
+    /// `{1, token, count}` (a semaphore's grant is `{1, 0, 1}`).
+    Granted { token: u64, count: u32 },
+    /// `{0, hint}`: ticks until it may be worth looking again.
+    Refused { hint: i32 },
+    /// `DEADLOCK`: the write side asked by a reader.
+    Deadlock,
+    /// `WRONGKIND <kind>`.
+    WrongKind(Kind),
+    /// `WRONGTYPE string 1`.
+    WrongType,
+    /// `WRONGTYPE foreign-hash 1`.
+    ForeignHash,
+}
+
+/// What a release answers: `0`, `n > 0` levels left, `-1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReleaseReply {
+    Left(u32),
+    NotHeld,
+    WrongType,
+}
+
+/// What a write release names.
+#[derive(Clone, Copy, Debug)]
+pub struct RwRelease {
+    pub field: Field,
+    pub req: Req,
+    /// The write hold's token (`None`: "").
+    pub token: Option<u64>,
+    pub relet: i32,
+    pub keep: i32,
+    pub first: bool,
+}
+
+/// An acquire's arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct RwAcquire {
+    pub field: Field,
+    pub req: Req,
+    pub lease: i32,
+    pub keep: i32,
+    pub first: bool,
+    /// The caller waits (listens) when refused: ARGV[5] = "1".
+    pub waits: bool,
+    /// How long a waiting writer's mark holds readers back.
+    pub mark: i32,
+}
+
+/// Defects the model can be given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Defect {
+    /// A waiting writer's mark moves the write holder's lease (as when the
+    /// lease was the hash's TTL and the mark did `PEXPIRE ... GT`).
+    MarkMovesLease,
+    /// A semaphore counts only the permits of the caller's own client.
+    CountsOwnClient,
+    /// A reader does not look for a write holder.
+    ReadIgnoresWriter,
+    /// The semaphore's acquire does not look at the hash's kind.
+    SemaphoreIgnoresKind,
+    /// The write release does not compare the hold's token.
+    ReleaseIgnoresToken,
+    /// A lost counter starts again at 1.
+    CounterRestartsAtOne,
+}
+
+/// The hash as a script's snapshot saw it (after pruning).
+#[derive(Clone, Copy, Debug, Default)]
+struct Snapshot {
+    /// The write holder's owner and ticks left.
+    writer: Option<(Owner, i32)>,
+    readers: u32,
+    soonest: Option<i32>,
+    /// The latest waiting writer's deadline (0: none).
+    ww: i32,
+    /// Whether there were holders (cover: the TTL only grows then).
+    held: bool,
+}
+
+/// One master's keys for the name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Server {
+    pub now: i32,
+    pub name: Name,
+    pub counter: Counter,
+    pub records: Vec<Record>,
+    /// The semaphore's number stored with it (`None`: the handle's).
+    pub number: Option<u32>,
+    /// Ghosts: a script wrote a key that is not a lockwarden hold (the
+    /// foreign string, or a hash without kind or TTL); a waiter's call moved
+    /// a live holder's deadline; a release changed a live hold that was not
+    /// the caller's.
+    pub foreign_written: bool,
+    pub waiter_moved_lease: bool,
+    pub freed_another: bool,
+}
+
+impl Server {
+    pub fn new() -> Server {
+        Server {
+            now: 0,
+            name: Name::Absent,
+            counter: Counter::default(),
+            records: Vec::new(),
+            number: None,
+            foreign_written: false,
+            waiter_moved_lease: false,
+            freed_another: false,
+        }
+    }
+
+    /// The clock moves on; a hash whose TTL came is gone.
+    pub fn advance(&mut self, ticks: i32) {
+        self.now += ticks;
+        if let Name::Hash(h) = &self.name {
+            if h.expires <= self.now {
+                self.name = Name::Absent;
+            }
+        }
+        let now = self.now;
+        self.records.retain(|r| r.expires > now);
+    }
+
+    pub fn flush(&mut self) {
+        self.name = Name::Absent;
+        self.counter.value = None;
+        self.records.clear();
+        self.number = None;
+    }
+
+    /// The live holds (deadline not passed), as `(field, count, deadline)`.
+    pub fn live(&self) -> Vec<Holding> {
+        match &self.name {
+            Name::Hash(h) => h.holds.iter().filter(|x| x.deadline > self.now).copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn hash(&mut self) -> Option<&mut Hash> {
+        match &mut self.name {
+            Name::Hash(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// `snapshot` of shared_rw.lua: prunes, then reads. `Err`: the reply
+    /// for another kind's hash, or a key of another type.
+    fn snapshot(&mut self, kind: Kind, check_kind: bool) -> Result<Snapshot, AcquireReply> {
+        let now = self.now;
+        let h = match &mut self.name {
+            Name::Absent => return Ok(Snapshot::default()),
+            Name::Foreign => return Err(AcquireReply::WrongType),
+            Name::Stray => return Err(AcquireReply::ForeignHash),
+            Name::Hash(h) => h,
+        };
+        if check_kind && h.kind != kind {
+            return Err(AcquireReply::WrongKind(h.kind));
+        }
+        let mut s = Snapshot::default();
+        h.marks.retain(|&(_, d)| d > now);
+        s.ww = h.marks.iter().map(|&(_, d)| d).max().unwrap_or(0);
+        if h.holds.iter().any(|x| x.deadline <= now && !x.field.is_reader()) {
+            h.token = None;
+        }
+        h.holds.retain(|x| x.deadline > now);
+        for x in &h.holds {
+            s.held = true;
+            match x.field {
+                Field::Writer(o) => s.writer = Some((o, x.deadline - now)),
+                _ => {
+                    s.readers += 1;
+                    let left = x.deadline - now;
+                    s.soonest = Some(s.soonest.map_or(left, |m: i32| m.min(left)));
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn holding(&self, field: Field) -> Option<Holding> {
+        match &self.name {
+            Name::Hash(h) => h.holds.iter().find(|x| x.field == field).copied(),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, kind: Kind, hold: Holding) {
+        if self.name == Name::Absent {
+            self.name = Name::Hash(Hash {
+                kind,
+                holds: Vec::new(),
+                token: None,
+                marks: Vec::new(),
+                wait: false,
+                expires: i32::MAX,
+            });
+        }
+        if let Some(h) = self.hash() {
+            h.holds.retain(|x| x.field != hold.field);
+            h.holds.push(hold);
+            h.holds.sort_by_key(|x| x.field);
+            h.kind = kind;
+        }
+    }
+
+    /// `cover` of shared_rw.lua: the TTL covers a new hold of `ms`.
+    fn cover(&mut self, s: &Snapshot, ms: i32) {
+        let now = self.now;
+        if let Some(h) = self.hash() {
+            if s.held {
+                h.expires = h.expires.max(now + ms);
+            } else {
+                h.expires = now + ms;
+            }
+        }
+    }
+
+    /// A PEXPIRE ... GT of `ms`.
+    fn extend(&mut self, ms: i32) {
+        let now = self.now;
+        if let Some(h) = self.hash() {
+            h.expires = h.expires.max(now + ms);
+        }
+    }
+
+    /// A refusal: a waiting caller sets `:wait` (an HSET: on an absent key
+    /// it makes a hash of that field alone, without kind or TTL).
+    fn refuse(&mut self, waits: bool, hint: i32) -> AcquireReply {
+        if waits {
+            match &mut self.name {
+                Name::Hash(h) => h.wait = true,
+                Name::Absent => {
+                    self.name = Name::Stray;
+                    self.foreign_written = true;
+                }
+                Name::Foreign | Name::Stray => {}
+            }
+        }
+        AcquireReply::Refused { hint }
+    }
+
+    /// Re-entry of `field`'s hold: one more level, its deadline never
+    /// shortened, the TTL never shortened.
+    fn reenter(&mut self, field: Field, lease: i32) -> u32 {
+        let now = self.now;
+        let mut count = 0;
+        if let Some(h) = self.hash() {
+            if let Some(x) = h.holds.iter_mut().find(|x| x.field == field) {
+                x.count += 1;
+                x.deadline = x.deadline.max(now + lease);
+                count = x.count;
+            }
+        }
+        self.extend(lease);
+        count
+    }
+
+    fn grant(&mut self, a: &RwAcquire, token: u64, count: u32) -> AcquireReply {
+        set_record(
+            &mut self.records,
+            a.req,
+            Recorded::Entered { token, count },
+            self.now + a.keep,
+        );
+        AcquireReply::Granted { token, count }
+    }
+
+    /// rw_acquire.lua.
+    pub fn rw_acquire(&mut self, a: RwAcquire, defect: Option<Defect>) -> AcquireReply {
+        if !a.first {
+            if let Some(Recorded::Entered { token, count }) = recorded(&self.records, a.req) {
+                return AcquireReply::Granted { token, count };
+            }
+        }
+        let before = self.live();
+        let s = match self.snapshot(Kind::Rw, true) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        let now = self.now;
+        let reply = match a.field {
+            Field::Reader(o) => {
+                if self.holding(a.field).is_some() {
+                    let count = self.reenter(a.field, a.lease);
+                    let token = self.counter.value.unwrap_or(0);
+                    return self.grant(&a, token, count);
+                }
+                match s.writer {
+                    Some((w, left)) if w != o && defect != Some(Defect::ReadIgnoresWriter) => {
+                        self.refuse(a.waits, left)
+                    }
+                    None if s.ww > now => self.refuse(a.waits, s.ww - now),
+                    _ => {
+                        let token = self.counter.value.unwrap_or(0);
+                        self.put(Kind::Rw, Holding {
+                            field: a.field,
+                            count: 1,
+                            deadline: now + a.lease,
+                            req: None,
+                        });
+                        self.cover(&s, a.lease);
+                        return self.grant(&a, token, 1);
+                    }
+                }
+            }
+            Field::Writer(o) => {
+                if s.writer.is_some_and(|(w, _)| w == o) {
+                    let count = self.reenter(a.field, a.lease);
+                    let token = self.hash().and_then(|h| h.token).unwrap_or(0);
+                    return self.grant(&a, token, count);
+                }
+                if self.holding(Field::Reader(o)).is_some() {
+                    return AcquireReply::Deadlock;
+                }
+                if s.writer.is_some() || s.readers > 0 {
+                    if a.waits {
+                        let mark = now + a.mark;
+                        if let Some(h) = self.hash() {
+                            h.marks.retain(|&(w, _)| w != o);
+                            h.marks.push((o, mark));
+                            h.marks.sort();
+                            if defect == Some(Defect::MarkMovesLease) {
+                                for x in h.holds.iter_mut().filter(|x| !x.field.is_reader()) {
+                                    x.deadline = x.deadline.max(mark);
+                                }
+                            }
+                        }
+                        self.extend(a.mark);
+                    }
+                    let hint = match s.writer {
+                        Some((_, left)) => left,
+                        None => s.soonest.unwrap_or(0),
+                    };
+                    self.refuse(a.waits, hint)
+                } else {
+                    let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
+                    self.put(Kind::Rw, Holding {
+                        field: a.field,
+                        count: 1,
+                        deadline: now + a.lease,
+                        req: None,
+                    });
+                    if let Some(h) = self.hash() {
+                        h.token = Some(token);
+                        h.marks.retain(|&(w, _)| w != o);
+                    }
+                    self.cover(&s, a.lease);
+                    return self.grant(&a, token, 1);
+                }
+            }
+            Field::Permit(_) => unreachable!("a permit is the semaphore's"),
+        };
+        self.check_waiter(&before);
+        reply
+    }
+
+    /// A waiter's call changed no live holder's deadline.
+    fn check_waiter(&mut self, before: &[Holding]) {
+        let after = self.live();
+        for b in before {
+            if let Some(x) = after.iter().find(|x| x.field == b.field) {
+                if x.deadline != b.deadline {
+                    self.waiter_moved_lease = true;
+                }
+            }
+        }
+    }
+
+    /// rw_release.lua.
+    pub fn rw_release(&mut self, r: RwRelease, defect: Option<Defect>) -> ReleaseReply {
+        let before = self.live();
+        let token = match &self.name {
+            Name::Hash(h) => h.token,
+            _ => None,
+        };
+        let reply = self.rw_leave_level(r, defect);
+        self.check_release(&before, r.field, r.token.is_some() && r.token != token);
+        reply
+    }
+
+    /// A release changed no live hold but the caller's own (`stale`: the
+    /// caller named another write hold's token, so no write hold is its).
+    fn check_release(&mut self, before: &[Holding], field: Field, stale: bool) {
+        let after = self.live();
+        for b in before {
+            let theirs = b.field != field || (stale && !b.field.is_reader());
+            if theirs && !after.contains(b) {
+                self.freed_another = true;
+            }
+        }
+    }
+
+    fn rw_leave_level(&mut self, r: RwRelease, defect: Option<Defect>) -> ReleaseReply {
+        if !r.first {
+            if let Some(Recorded::Left(n)) = recorded(&self.records, r.req) {
+                return ReleaseReply::Left(n);
+            }
+        }
+        let s = match self.snapshot(Kind::Rw, true) {
+            Ok(s) => s,
+            Err(e) => return Self::release_refusal(e),
+        };
+        let Some(mine) = self.holding(r.field) else {
+            return ReleaseReply::NotHeld;
+        };
+        let read = r.field.is_reader();
+        let hash_token = self.hash().and_then(|h| h.token);
+        if !read && defect != Some(Defect::ReleaseIgnoresToken) {
+            if let Some(t) = r.token {
+                if hash_token.unwrap_or(0) != t {
+                    return ReleaseReply::NotHeld;
+                }
+            }
+        }
+        let now = self.now;
+        if mine.count > 1 {
+            let count = mine.count - 1;
+            if let Some(h) = self.hash() {
+                if let Some(x) = h.holds.iter_mut().find(|x| x.field == r.field) {
+                    x.count = count;
+                    if r.relet > 0 {
+                        x.deadline = x.deadline.max(now + r.relet);
+                    }
+                }
+            }
+            if r.relet > 0 {
+                self.extend(r.relet);
+            }
+            set_record(&mut self.records, r.req, Recorded::Left(count), now + r.keep);
+            return ReleaseReply::Left(count);
+        }
+        let (mut writer, mut readers) = (s.writer.is_some(), s.readers);
+        if let Some(h) = self.hash() {
+            h.holds.retain(|x| x.field != r.field);
+            if read {
+                readers -= 1;
+            } else {
+                h.token = None;
+                writer = false;
+            }
+        }
+        if !writer && readers == 0 {
+            // DEL, then keep_marks: the live marks written back with the
+            // kind, the TTL to the latest.
+            let marks = self.hash().map(|h| h.marks.clone()).unwrap_or_default();
+            self.name = if marks.is_empty() {
+                Name::Absent
+            } else {
+                Name::Hash(Hash {
+                    kind: Kind::Rw,
+                    holds: Vec::new(),
+                    token: None,
+                    marks,
+                    wait: false,
+                    expires: s.ww,
+                })
+            };
+        }
+        if read || r.token.is_none() {
+            set_record(&mut self.records, r.req, Recorded::Left(0), now + r.keep);
+        }
+        ReleaseReply::Left(0)
+    }
+
+    /// A release's reply when the snapshot refused: a key of another type
+    /// is an error; another kind's hash (or no kind's) is not this hold.
+    fn release_refusal(e: AcquireReply) -> ReleaseReply {
+        match e {
+            AcquireReply::WrongType => ReleaseReply::WrongType,
+            _ => ReleaseReply::NotHeld,
+        }
+    }
+
+    /// rw_leave.lua: the waiting writer `o` stops waiting. True when its
+    /// mark was there.
+    pub fn rw_leave(&mut self, o: Owner) -> Result<bool, ReleaseReply> {
+        let s = match self.snapshot(Kind::Rw, true) {
+            Ok(s) => s,
+            Err(AcquireReply::WrongType) => return Err(ReleaseReply::WrongType),
+            Err(_) => return Ok(false),
+        };
+        let Some(h) = self.hash() else { return Ok(false) };
+        if !h.marks.iter().any(|&(w, _)| w == o) {
+            return Ok(false);
+        }
+        h.marks.retain(|&(w, _)| w != o);
+        if h.marks.is_empty() && s.writer.is_none() && s.readers == 0 {
+            self.name = Name::Absent;
+        }
+        Ok(true)
+    }
+
+    /// The number of permits in force: the stored one, else the handle's.
+    fn total(&self, handle: u32) -> u32 {
+        self.number.unwrap_or(handle)
+    }
+
+    /// sem_acquire.lua: permit id `p` takes `take` of `total` (the
+    /// handle's number) with request `req`.
+    pub fn sem_acquire(
+        &mut self,
+        p: Owner,
+        take: u32,
+        total: u32,
+        lease: i32,
+        waits: bool,
+        req: Req,
+        defect: Option<Defect>,
+    ) -> AcquireReply {
+        let total = self.total(total);
+        let before = self.live();
+        let check_kind = defect != Some(Defect::SemaphoreIgnoresKind);
+        let s = match self.snapshot(Kind::Semaphore, check_kind) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        let field = Field::Permit(p);
+        let now = self.now;
+        let reply = if let Some(x) = self.holding(field) {
+            if x.req == Some(req) {
+                return AcquireReply::Granted { token: 0, count: 1 };
+            }
+            self.refuse(waits, s.soonest.unwrap_or(1))
+        } else {
+            let used: u32 = self
+                .live()
+                .iter()
+                .filter(|x| x.field.is_reader())
+                .filter(|x| defect != Some(Defect::CountsOwnClient) || x.field.client() == field.client())
+                .map(|x| x.count)
+                .sum();
+            if used + take > total {
+                self.refuse(waits, s.soonest.unwrap_or(1))
+            } else {
+                self.put(Kind::Semaphore, Holding {
+                    field,
+                    count: take,
+                    deadline: now + lease,
+                    req: Some(req),
+                });
+                self.cover(&s, lease);
+                return AcquireReply::Granted { token: 0, count: 1 };
+            }
+        };
+        self.check_waiter(&before);
+        reply
+    }
+
+    /// sem_release.lua: true when the permit id held permits (now given
+    /// back).
+    pub fn sem_release(&mut self, p: Owner) -> ReleaseReply {
+        let before = self.live();
+        let reply = self.sem_give_back(p);
+        self.check_release(&before, Field::Permit(p), false);
+        reply
+    }
+
+    fn sem_give_back(&mut self, p: Owner) -> ReleaseReply {
+        let s = match self.snapshot(Kind::Semaphore, true) {
+            Ok(s) => s,
+            Err(e) => return Self::release_refusal(e),
+        };
+        let field = Field::Permit(p);
+        if self.holding(field).is_none() {
+            return ReleaseReply::NotHeld;
+        }
+        if s.readers <= 1 {
+            self.name = Name::Absent;
+        } else if let Some(h) = self.hash() {
+            h.holds.retain(|x| x.field != field);
+        }
+        ReleaseReply::Left(0)
+    }
+
+    /// renew.lua for one hold with a deadline of its own: true when the
+    /// field is there with its lease not passed (its deadline then moved
+    /// to now + lease when later, the TTL never shortened); a field whose
+    /// deadline passed is removed.
+    pub fn renew(&mut self, field: Field, lease: i32) -> bool {
+        let now = self.now;
+        let Some(h) = self.hash() else { return false };
+        let Some(i) = h.holds.iter().position(|x| x.field == field) else {
+            return false;
+        };
+        if h.holds[i].deadline <= now {
+            h.holds.remove(i);
+            return false;
+        }
+        h.holds[i].deadline = h.holds[i].deadline.max(now + lease);
+        h.expires = h.expires.max(now + lease);
+        true
+    }
+
+    /// `add_permits` / `try_set_permits` (sem_permits.lua) reduced to what
+    /// the model needs: the stored number becomes `n`.
+    pub fn set_number(&mut self, n: u32) {
+        self.number = Some(n);
+    }
+}
+
+impl Default for Server {
+    fn default() -> Server {
+        Server::new()
+    }
+}
