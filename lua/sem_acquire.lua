@@ -66,7 +66,12 @@ for k, v in pairs(s.f) do
   if string.sub(k, 1, 1) ~= ':' and is_reader(k) then used = used + tonumber(v) end
 end
 if used + take > total then
-  if ARGV[5] ~= '0' and not s.f[':wait'] then
+  -- The mark goes on a hash that is there. With none (the number was
+  -- lowered below this take), an HSET would make a hash of ':wait' alone,
+  -- without kind or TTL, that every later call refuses as no lockwarden
+  -- hash; nobody holds permits then, so no release is to wake this
+  -- waiter: raising the number does (sem_permits.lua).
+  if ARGV[5] ~= '0' and not s.f[':wait'] and next(s.f) then
     redis.pcall('HSET', KEYS[1], ':wait', '1')
   end
   return {0, s.soonest or 1}

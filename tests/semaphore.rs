@@ -539,6 +539,39 @@ async fn the_number_stored_with_the_semaphore_applies_to_every_handle() {
     .await
 }
 
+/// A semaphore whose number was lowered to none, with nobody holding
+/// permits: a waiting acquire is refused (its wait runs out) and leaves no
+/// key behind, so raising the number lets the next acquire in (a stray
+/// hash of the waiter's mark alone, without kind or TTL, once refused every
+/// later call as no lockwarden hash; the model check found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_semaphore_of_no_permits_leaves_no_key() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let sem = c.semaphore("none", 2).unwrap();
+        assert_eq!(sem.add_permits(-2).await.unwrap(), 0);
+        assert!(sem
+            .try_acquire(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            server.cmd(&["EXISTS", "none"]).as_int(),
+            Some(0),
+            "the refused waiter wrote the semaphore's hash"
+        );
+        assert_eq!(sem.add_permits(1).await.unwrap(), 1);
+        let p = sem
+            .try_acquire(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("the raised number's permit");
+        p.release().await.unwrap();
+    })
+    .await
+}
+
 /// `drain_permits` takes every free permit in one acquisition;
 /// `release_by_id` gives back an acquisition by its id from another
 /// client (the holder learns it lost them at its next renewal, and a

@@ -151,6 +151,10 @@ pub enum Defect {
     ReleaseIgnoresToken,
     /// A lost counter starts again at 1.
     CounterRestartsAtOne,
+    /// A refused waiting semaphore acquire marks `:wait` on a hash that is
+    /// not there (the number lowered below its take): a stray hash without
+    /// kind or TTL. Found by this model in the real script, and fixed.
+    MarksAbsentHash,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -312,17 +316,18 @@ impl Server {
         }
     }
 
-    /// A refusal: a waiting caller sets `:wait` (an HSET: on an absent key
-    /// it makes a hash of that field alone, without kind or TTL).
-    fn refuse(&mut self, waits: bool, hint: i32) -> AcquireReply {
+    /// A refusal: a waiting caller sets `:wait` on the hash, when there is
+    /// one (with the defect, also when there is none: an HSET then makes a
+    /// hash of that field alone, without kind or TTL).
+    fn refuse(&mut self, waits: bool, hint: i32, defect: Option<Defect>) -> AcquireReply {
         if waits {
             match &mut self.name {
                 Name::Hash(h) => h.wait = true,
-                Name::Absent => {
+                Name::Absent if defect == Some(Defect::MarksAbsentHash) => {
                     self.name = Name::Stray;
                     self.foreign_written = true;
                 }
-                Name::Foreign | Name::Stray => {}
+                _ => {}
             }
         }
         AcquireReply::Refused { hint }
@@ -376,9 +381,9 @@ impl Server {
                 }
                 match s.writer {
                     Some((w, left)) if w != o && defect != Some(Defect::ReadIgnoresWriter) => {
-                        self.refuse(a.waits, left)
+                        self.refuse(a.waits, left, defect)
                     }
-                    None if s.ww > now => self.refuse(a.waits, s.ww - now),
+                    None if s.ww > now => self.refuse(a.waits, s.ww - now, defect),
                     _ => {
                         let token = self.counter.value.unwrap_or(0);
                         self.put(Kind::Rw, Holding {
@@ -420,7 +425,7 @@ impl Server {
                         Some((_, left)) => left,
                         None => s.soonest.unwrap_or(0),
                     };
-                    self.refuse(a.waits, hint)
+                    self.refuse(a.waits, hint, defect)
                 } else {
                     let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
                     self.put(Kind::Rw, Holding {
@@ -609,7 +614,7 @@ impl Server {
             if x.req == Some(req) {
                 return AcquireReply::Granted { token: 0, count: 1 };
             }
-            self.refuse(waits, s.soonest.unwrap_or(1))
+            self.refuse(waits, s.soonest.unwrap_or(1), defect)
         } else {
             let used: u32 = self
                 .live()
@@ -619,7 +624,7 @@ impl Server {
                 .map(|x| x.count)
                 .sum();
             if used + take > total {
-                self.refuse(waits, s.soonest.unwrap_or(1))
+                self.refuse(waits, s.soonest.unwrap_or(1), defect)
             } else {
                 self.put(Kind::Semaphore, Holding {
                     field,
