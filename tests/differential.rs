@@ -173,7 +173,9 @@ impl Run<'_> {
 
     /// Learns the real counter's start when the model made a new one.
     fn learn_counter(&mut self) -> Result<(), TestCaseError> {
-        let Some(model) = self.model.counter.value else { return Ok(()) };
+        let Some(model) = self.model.counter.value else {
+            return Ok(());
+        };
         let start = model / EPOCH;
         if self.offsets.contains_key(&start) {
             return Ok(());

@@ -11,7 +11,7 @@
 //! Times are ticks, as in [`super::server`]; `tests/differential.rs`
 //! holds these functions to the real scripts.
 
-use super::server::{recorded, set_record, Counter, Owner, Recorded, Record, Req};
+use super::server::{recorded, set_record, Counter, Owner, Record, Recorded, Req};
 
 /// Which kind's hash the name is (its `:kind` field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -133,6 +133,18 @@ pub struct RwAcquire {
     pub waits: bool,
     /// How long a waiting writer's mark holds readers back.
     pub mark: i32,
+}
+
+/// A semaphore acquire's arguments: permit id `permit` takes `take` of
+/// `total` (the handle's number) for `lease`, as request `req`.
+#[derive(Clone, Copy, Debug)]
+pub struct SemAcquire {
+    pub permit: Owner,
+    pub take: u32,
+    pub total: u32,
+    pub lease: i32,
+    pub waits: bool,
+    pub req: Req,
 }
 
 /// Defects the model can be given back.
@@ -386,12 +398,15 @@ impl Server {
                     None if s.ww > now => self.refuse(a.waits, s.ww - now, defect),
                     _ => {
                         let token = self.counter.value.unwrap_or(0);
-                        self.put(Kind::Rw, Holding {
-                            field: a.field,
-                            count: 1,
-                            deadline: now + a.lease,
-                            req: None,
-                        });
+                        self.put(
+                            Kind::Rw,
+                            Holding {
+                                field: a.field,
+                                count: 1,
+                                deadline: now + a.lease,
+                                req: None,
+                            },
+                        );
                         self.cover(&s, a.lease);
                         return self.grant(&a, token, 1);
                     }
@@ -428,12 +443,15 @@ impl Server {
                     self.refuse(a.waits, hint, defect)
                 } else {
                     let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
-                    self.put(Kind::Rw, Holding {
-                        field: a.field,
-                        count: 1,
-                        deadline: now + a.lease,
-                        req: None,
-                    });
+                    self.put(
+                        Kind::Rw,
+                        Holding {
+                            field: a.field,
+                            count: 1,
+                            deadline: now + a.lease,
+                            req: None,
+                        },
+                    );
                     if let Some(h) = self.hash() {
                         h.token = Some(token);
                         h.marks.retain(|&(w, _)| w != o);
@@ -589,18 +607,16 @@ impl Server {
         self.number.unwrap_or(handle)
     }
 
-    /// sem_acquire.lua: permit id `p` takes `take` of `total` (the
-    /// handle's number) with request `req`.
-    pub fn sem_acquire(
-        &mut self,
-        p: Owner,
-        take: u32,
-        total: u32,
-        lease: i32,
-        waits: bool,
-        req: Req,
-        defect: Option<Defect>,
-    ) -> AcquireReply {
+    /// sem_acquire.lua.
+    pub fn sem_acquire(&mut self, a: SemAcquire, defect: Option<Defect>) -> AcquireReply {
+        let SemAcquire {
+            permit: p,
+            take,
+            total,
+            lease,
+            waits,
+            req,
+        } = a;
         let total = self.total(total);
         let before = self.live();
         let check_kind = defect != Some(Defect::SemaphoreIgnoresKind);
@@ -626,12 +642,15 @@ impl Server {
             if used + take > total {
                 self.refuse(waits, s.soonest.unwrap_or(1), defect)
             } else {
-                self.put(Kind::Semaphore, Holding {
-                    field,
-                    count: take,
-                    deadline: now + lease,
-                    req: Some(req),
-                });
+                self.put(
+                    Kind::Semaphore,
+                    Holding {
+                        field,
+                        count: take,
+                        deadline: now + lease,
+                        req: Some(req),
+                    },
+                );
                 self.cover(&s, lease);
                 return AcquireReply::Granted { token: 0, count: 1 };
             }
