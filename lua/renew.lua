@@ -13,7 +13,8 @@
 -- ':' .. owner field holds its deadline in server ms, see shared_rw.lua)
 -- also gets its deadline moved to now + lease when that is later (never
 -- shortened: a hold extended by its holder to a longer lease keeps it);
--- one whose deadline passed is gone: its fields are removed and it
+-- one whose deadline passed is gone: its fields (a semaphore permit's
+-- request ':q:' .. field too) are removed and it
 -- reports 0.
 -- A permit of a semaphore in Redisson's layout (rsem_shared.lua) is held by
 -- members of a sorted set, scored with their deadline: KEYS[i] is that set,
@@ -79,7 +80,7 @@ for i = 1, #KEYS do
   elseif got[2] then
     clock()
     if tonumber(got[2]) <= now then
-      redis.call('HDEL', KEYS[i], field, ':' .. field)
+      redis.call('HDEL', KEYS[i], field, ':' .. field, ':q:' .. field)
       out[i] = 0
     else
       if tonumber(got[2]) < now + tonumber(ARGV[1]) then
