@@ -15,6 +15,11 @@
 --          (a writer then leaves its mark, see shared_rw.lua)
 -- ARGV[6]  "read" or "write": the side
 -- ARGV[7]  how long a waiting writer's mark holds new readers back, in ms
+-- ARGV[8]  this request's id: a fresh read hold keeps it as its identity
+--          (':q:<field>'), which the hold's release names, so a release
+--          of an earlier read hold of the same owner never frees this one
+--          (absent or "": the hold keeps none, and any release of its
+--          owner is its own)
 --
 -- Returns
 --   {1, token, count}  acquired at reentry depth count. A write hold's token
@@ -105,6 +110,9 @@ if read then
   local token = redis.pcall('GET', KEYS[2])
   if type(token) == 'table' then return refused(token, 2) end
   redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
+  if ARGV[8] and ARGV[8] ~= '' then
+    redis.call('HSET', KEYS[1], ':q:' .. me, ARGV[8])
+  end
   cover(s, lease)
   return grant(tonumber(token or '0'), 1)
 end

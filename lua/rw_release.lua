@@ -12,11 +12,15 @@
 -- ARGV[6]  "SPUBLISH" on a cluster, anything else for PUBLISH
 -- ARGV[7]  "1" when this request was never sent before, anything else on
 --          a re-send
+-- ARGV[8]  the read side's hold identity: the id of the request whose
+--          fresh take made the hold (its ':q:<field>'), or "" when unknown
+--          (ignored for the write side, which its token tells apart)
 --
 -- Returns 0 released (this side's last level of this owner), n > 0 levels
--- left, -1 not held by this hold (expired, never taken, a newer write
--- hold of the same owner, told apart by its token, or the name is another
--- kind's now): nothing changed; error
+-- left, -1 not held by this hold (expired, never taken, a newer hold of
+-- the same owner, told apart by its token or, for a reader, by the
+-- request that made it, or the name is another kind's now): nothing
+-- changed; error
 -- "WRONGTYPE <type> 1", or the server's own refusal.
 --
 -- Side effects: the last level removes the caller's field and its
@@ -47,6 +51,11 @@ local read = is_reader(me)
 if not read and ARGV[5] ~= '' and tonumber(f[':token'] or '0') ~= tonumber(ARGV[5]) then
   return -1
 end
+-- A read hold made before holds kept their identity has none: any
+-- release of its owner is its own.
+if read and ARGV[8] and ARGV[8] ~= '' and f[':q:' .. me] and f[':q:' .. me] ~= ARGV[8] then
+  return -1
+end
 
 count = tonumber(count) - 1
 if count > 0 then
@@ -64,7 +73,7 @@ end
 
 local wake = false
 if read then
-  redis.call('HDEL', KEYS[1], me, ':' .. me)
+  redis.call('HDEL', KEYS[1], me, ':' .. me, ':q:' .. me)
   readers = readers - 1
 else
   redis.call('HDEL', KEYS[1], me, ':token', ':' .. me)

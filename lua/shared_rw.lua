@@ -16,7 +16,10 @@
 --                     for cleaning up, never a hold's lease, so nothing a
 --                     waiter does to the hash can keep a dead holder in
 --   ':q:<permit id>'  a semaphore's: the request whose attempt holds that
---                     permit id's grant (sem_acquire.lua)
+--                     permit id's grant (sem_acquire.lua); a reader's
+--                     ':q:<owner field>': the request whose fresh take made
+--                     the read hold, which its release names
+--                     (rw_release.lua)
 --   ':ww:<owner field>'  a writer waits, until this deadline (server ms)
 --                     unless it renews it: new readers queue behind it
 --                     (writer preference); it goes when the writer takes

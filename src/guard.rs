@@ -364,7 +364,7 @@ impl Release {
         let res = crate::quorum::release(
             &self.inner.members,
             &self.keys,
-            &self.hold.owner_field,
+            &self.hold.holder(),
             &self.hold.node_tokens,
             self.relet,
             &pending.request,
@@ -428,7 +428,7 @@ impl Drop for Resend {
             spawner.spawn(crate::quorum::resend_release(
                 m.clone(),
                 release.keys.clone(),
-                release.hold.owner_field.clone(),
+                release.hold.holder(),
                 release.hold.node_tokens.get(i).copied().flatten(),
                 release.relet,
                 request.clone(),

@@ -395,10 +395,14 @@ impl Lock {
                 Some(h) => h.node_tokens.clone(),
                 None => vec![None; inner.members.len()],
             };
+            let holder = crate::quorum::Holder {
+                owner: owner.field.clone(),
+                take: hold.as_ref().and_then(|h| h.take.clone()),
+            };
             let res = crate::quorum::release(
                 &inner.members,
                 &keys,
-                &owner.field,
+                &holder,
                 &tokens,
                 Duration::ZERO,
                 &request,

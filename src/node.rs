@@ -593,6 +593,7 @@ impl Node {
                         relet: Duration::ZERO,
                         request: &undo,
                         resent: false,
+                        take: Some(a.request),
                     };
                     if let Err(u) = self.release(keys, &give_back).await {
                         tracing::warn!(lock = %keys.name, error = %u, "giving back an unreplicated level failed; its lease bounds it");

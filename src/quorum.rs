@@ -40,6 +40,9 @@ pub(crate) struct Grant {
     pub sent_at: Instant,
     /// Lease − elapsed − drift, from `sent_at`.
     pub valid_until: Instant,
+    /// A fresh hold's identity: the id of the request whose take made it
+    /// (`None` for a re-entry, or when not known). See `Release::take`.
+    pub take: Option<String>,
 }
 
 /// One quorum acquire attempt's outcome.
@@ -130,8 +133,9 @@ impl<M: NodeOps> Undo for Resend<M> {
                     resent: true,
                 };
                 match member.acquire(&keys, &again).await {
-                    Ok(AcquireReply::Acquired { token, .. }) => {
-                        undo_one(&*member, &keys, &owner, Some(token)).await;
+                    Ok(AcquireReply::Acquired { token, count }) => {
+                        let take = (count == 1).then_some(request.as_str());
+                        undo_one(&*member, &keys, &owner, Some(token), take).await;
                         break;
                     }
                     Err(e) if e.is_outcome_unknown() && Instant::now() + pause.peek() < give_up => {
@@ -144,8 +148,9 @@ impl<M: NodeOps> Undo for Resend<M> {
     }
 }
 
-/// Releases one level that nobody will own a guard for.
-async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: Option<u64>) {
+/// Releases one level that nobody will own a guard for (`take`: the
+/// request whose fresh take made it, when it was one).
+async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: Option<u64>, take: Option<&str>) {
     let request = crate::keys::fresh_request_id();
     let r = Release {
         owner,
@@ -153,6 +158,7 @@ async fn undo_one<M: NodeOps>(member: &M, keys: &LockKeys, owner: &Str, token: O
         relet: Duration::ZERO,
         request: &request,
         resent: false,
+        take,
     };
     if let Err(e) = member.release(keys, &r).await {
         tracing::debug!(lock = %keys.name, error = %e, "undoing a level nobody received failed; its lease bounds it");
@@ -171,6 +177,10 @@ struct Levels<M: NodeOps> {
     /// Per master: granted, and the token to release it with.
     held: Vec<bool>,
     tokens: Vec<Option<u64>>,
+    /// Per master: the level granted was a fresh take (made by `take`, the
+    /// attempt's request), not a re-entry.
+    fresh: Vec<bool>,
+    take: String,
     /// Per master: the request id of its give-back, once sent. A give-back
     /// whose outcome is unknown goes again under the same id, so a master
     /// that ran it answers from its record: a re-entered level is never
@@ -185,6 +195,7 @@ impl<M: NodeOps> Levels<M> {
         let calls = self.held.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| {
             let member = self.members[i].clone();
             let token = self.tokens[i];
+            let take = self.fresh[i].then_some(self.take.as_str());
             let resent = self.requests[i].is_some();
             let request = self.requests[i]
                 .get_or_insert_with(crate::keys::fresh_request_id)
@@ -197,6 +208,7 @@ impl<M: NodeOps> Levels<M> {
                     relet: Duration::ZERO,
                     request: &request,
                     resent,
+                    take,
                 };
                 (i, member.release(keys, &r).await)
             }
@@ -220,6 +232,8 @@ impl<M: NodeOps> Undo for Levels<M> {
             owner: self.owner.clone(),
             held: std::mem::take(&mut self.held),
             tokens: std::mem::take(&mut self.tokens),
+            fresh: std::mem::take(&mut self.fresh),
+            take: std::mem::take(&mut self.take),
             requests: std::mem::take(&mut self.requests),
         };
         let spawner = rest.members[0].spawner().clone();
@@ -366,6 +380,7 @@ async fn granted<M: NodeOps>(
         node_tokens,
         sent_at,
         valid_until,
+        take: (depth == 1).then(|| ask.request.to_string()),
     }))
 }
 
@@ -384,6 +399,8 @@ pub(crate) async fn acquire<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>) -> Re
             owner: ask.owner.clone(),
             held: vec![false; n],
             tokens: vec![None; n],
+            fresh: vec![false; n],
+            take: ask.request.to_string(),
             requests: vec![None; n],
         },
         true,
@@ -440,6 +457,7 @@ impl<M: NodeOps> Tally<M> {
             Ok(AcquireReply::Acquired { token, count }) => {
                 partial.held[i] = true;
                 partial.tokens[i] = Some(token);
+                partial.fresh[i] = count == 1;
                 self.counts.push((i, count));
             }
             Ok(AcquireReply::Held { pttl, place }) => {
@@ -499,6 +517,14 @@ pub(crate) enum Released {
     NotHeld,
 }
 
+/// Whose hold a release leaves: the owner field, and the request whose
+/// fresh take made the hold (see `Release::take`), when known.
+#[derive(Clone)]
+pub(crate) struct Holder {
+    pub(crate) owner: Str,
+    pub(crate) take: Option<String>,
+}
+
 /// Releases one level on every master (per-master tokens as
 /// [`Node::release`]). Returns once the outcome is known on a majority and
 /// every master the hold is known on (a token in `tokens`) has answered or
@@ -508,7 +534,7 @@ pub(crate) enum Released {
 pub(crate) async fn release<M: NodeOps>(
     members: &[Arc<M>],
     keys: &Arc<LockKeys>,
-    owner: &Str,
+    holder: &Holder,
     tokens: &[Option<u64>],
     relet: Duration,
     request: &str,
@@ -517,22 +543,23 @@ pub(crate) async fn release<M: NodeOps>(
     let n = members.len();
     let need = majority(n);
     let mut replies = Unordered::new(members.iter().enumerate().map(|(i, m)| {
-        let (m, keys, owner, request) = (m.clone(), keys.clone(), owner.clone(), request.to_string());
+        let (m, keys, holder, request) = (m.clone(), keys.clone(), holder.clone(), request.to_string());
         let token = tokens.get(i).copied().flatten();
         async move {
             let first = Release {
-                owner: &owner,
+                owner: &holder.owner,
                 token,
                 relet,
                 request: &request,
                 resent: false,
+                take: holder.take.as_deref(),
             };
             let r = m.release(&keys, &first).await;
             if matches!(r, Err(ref e) if e.is_outcome_unknown()) {
                 crate::observe::node_failure(i);
                 let give_up = Instant::now() + record_ttl / 2;
                 let spawner = m.spawner().clone();
-                spawner.spawn(resend_release(m, keys, owner, token, relet, request, give_up));
+                spawner.spawn(resend_release(m, keys, holder, token, relet, request, give_up));
             }
             (token.is_some(), r)
         }
@@ -570,7 +597,7 @@ pub(crate) async fn release<M: NodeOps>(
 pub(crate) async fn resend_release<M: NodeOps>(
     member: Arc<M>,
     keys: Arc<LockKeys>,
-    owner: Str,
+    holder: Holder,
     token: Option<u64>,
     relet: Duration,
     request: String,
@@ -579,11 +606,12 @@ pub(crate) async fn resend_release<M: NodeOps>(
     let mut pause = RESEND;
     loop {
         let again = Release {
-            owner: &owner,
+            owner: &holder.owner,
             token,
             relet,
             request: &request,
             resent: true,
+            take: holder.take.as_deref(),
         };
         match member.release(&keys, &again).await {
             Err(e) if e.is_outcome_unknown() && Instant::now() + pause.peek() < give_up => {
@@ -791,10 +819,14 @@ mod tests {
                     let mine = members.iter().filter(|m| holder(m).as_deref() == Some("me:1")).count();
                     assert!(mine >= majority(n), "{label}");
                     // Releasing frees every master we held.
+                    let holder = Holder {
+                        owner: me.clone(),
+                        take: g.take.clone(),
+                    };
                     let released = release(
                         &members,
                         &keys,
-                        &me,
+                        &holder,
                         &g.node_tokens,
                         Duration::ZERO,
                         "rel",
@@ -870,6 +902,8 @@ mod tests {
                 owner: Str::from_static("me:1"),
                 held: vec![true],
                 tokens: vec![Some(7)],
+                fresh: vec![false],
+                take: "attempt".into(),
                 requests: vec![None],
             },
             true,

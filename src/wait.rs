@@ -782,6 +782,7 @@ pub(crate) fn claim_grant(
         token,
         depth: 1,
         node_tokens: vec![Some(token)],
+        take: None,
         sent_at,
         valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
     };

@@ -107,6 +107,9 @@ pub(crate) struct Hold {
     /// Per master: the fencing counter the hold left there (what a release
     /// checks), `None` where not held or not known.
     pub(crate) node_tokens: Vec<Option<u64>>,
+    /// The id of the request whose take made the hold, which its releases
+    /// name (see `Grant::take`).
+    pub(crate) take: Option<String>,
     /// Why the hold was lost: 0 while it is not, else `LossReason::code`.
     lost: std::sync::atomic::AtomicU8,
     /// Tells those waiting for a loss; made by the first of them (most
@@ -141,6 +144,7 @@ impl Hold {
             owner_field,
             token: grant.token,
             node_tokens: grant.node_tokens.clone(),
+            take: grant.take.clone(),
             lost: std::sync::atomic::AtomicU8::new(0),
             lost_tx: Mutex::new(None),
             state: Mutex::new(HoldState::default()),
@@ -151,6 +155,14 @@ impl Hold {
         };
         h.extend(grant.valid_until);
         h
+    }
+
+    /// Whose hold this is, as its releases name it.
+    pub(crate) fn holder(&self) -> crate::quorum::Holder {
+        crate::quorum::Holder {
+            owner: self.owner_field.clone(),
+            take: self.take.clone(),
+        }
     }
 
     /// Marks the hold lost (once: later reasons are ignored), counts it and
@@ -265,14 +277,19 @@ impl Holds {
     }
 
     /// Records one more guard on the hold an acquisition returned. A reply
-    /// with another token than the known hold means that hold ended (lost)
-    /// and this is a fresh one.
+    /// with another token than the known hold, or a fresh take by another
+    /// request (a reader's token is the same across its holds), means that
+    /// hold ended (lost) and this is a fresh one.
     pub(crate) fn enter(&self, lock_key: &Str, owner_field: &Str, grant: &Grant, watchdog: bool) -> Arc<Hold> {
         let mut map = self.map.lock();
         let fresh = || Arc::new(Hold::new(lock_key.clone(), owner_field.clone(), grant));
         // One lookup: the entry is found or made in the same step.
         let hold = match map.entry((lock_key.clone(), owner_field.clone())) {
-            Entry::Occupied(e) if e.get().token == grant.token && e.get().lost_reason().is_none() => {
+            Entry::Occupied(e)
+                if e.get().token == grant.token
+                    && e.get().lost_reason().is_none()
+                    && (grant.depth > 1 || grant.take.is_none() || grant.take == e.get().take) =>
+            {
                 let h = e.get();
                 h.extend(grant.valid_until);
                 h.clone()
@@ -496,6 +513,7 @@ mod tests {
             node_tokens: vec![Some(7)],
             sent_at: now,
             valid_until: now + Duration::from_secs(30),
+            take: None,
         };
         Hold::new("lock".into(), "owner:1".into(), &grant)
     }

@@ -95,6 +95,8 @@ enum Step {
         resent: bool,
         /// Name the current write token (else an older one, or "").
         token: u8,
+        /// Name the current read hold's take (else an older request, or "").
+        take: u8,
         relet: bool,
     },
     RwLeave {
@@ -130,8 +132,8 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..3usize, any::<bool>())
             .prop_map(|(owner, read, which, resent, lease, waits)| Step::RwAcquire { owner, read, which, resent, lease, waits }),
-        4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, any::<bool>())
-            .prop_map(|(owner, read, which, resent, token, relet)| Step::RwRelease { owner, read, which, resent, token, relet }),
+        4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>())
+            .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
         1 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
         4 => (0..4u8, 1..3u32, which(), any::<bool>())
             .prop_map(|(permit, take, which, waits)| Step::SemAcquire { permit, take, which, waits }),
@@ -290,6 +292,7 @@ impl Run<'_> {
                     if waits { "1" } else { "0" },
                     if read { "read" } else { "write" },
                     &MARK.to_string(),
+                    &format!("q{req}"),
                 ]);
                 self.learn_counter()?;
                 if let AcquireReply::Granted { token, .. } = want {
@@ -305,12 +308,28 @@ impl Run<'_> {
                 which,
                 resent,
                 token,
+                take,
                 relet,
             } => {
                 let field = if read {
                     Field::Reader(owner)
                 } else {
                     Field::Writer(owner)
+                };
+                let takes: Vec<u32> = self
+                    .reqs
+                    .iter()
+                    .filter(|r| r.1 == "acquire" && r.2 == field)
+                    .map(|r| r.0)
+                    .collect();
+                let held = match &self.model.name {
+                    Name::Hash(h) => h.holds.iter().find(|x| x.field == field).and_then(|x| x.req),
+                    _ => None,
+                };
+                let take = match take {
+                    0 | 1 => held.or(takes.last().copied()),
+                    2 => takes.first().copied(),
+                    _ => None,
                 };
                 let (req, new) = self.request(which, "release", field);
                 let first = new && !resent;
@@ -328,6 +347,7 @@ impl Run<'_> {
                     field,
                     req,
                     token,
+                    take,
                     relet,
                     keep: KEEP,
                     first,
@@ -351,6 +371,7 @@ impl Run<'_> {
                     &token_arg,
                     "PUBLISH",
                     if first { "1" } else { "0" },
+                    &take.map(|q| format!("q{q}")).unwrap_or_default(),
                 ]);
                 Self::check_release(want, &got)?;
             }

@@ -783,3 +783,35 @@ async fn waits_of_one_client_on_both_sides_get_in_by_messages() {
     })
     .await
 }
+
+/// A read hold is named by the request that made it, and its release names
+/// it too: a release of an earlier read hold of the same task (one given up
+/// on that reaches the server late) finds another hold under the same
+/// field and leaves it alone. Here the hold's identity is changed under
+/// the guard, as a newer hold of the task would have it: the guard's
+/// release answers `NotHeld` and the hold stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_release_leaves_a_newer_read_hold_of_its_task_alone() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let r = c.rw_lock("named").unwrap().read().lock().await.unwrap();
+        let field = readers(&server, "named").pop().expect("one reader");
+        let id = format!(":q:{field}");
+        let take = server.cmd(&["HGET", "named", &id]);
+        assert!(
+            take.as_str().is_some_and(|t| !t.is_empty()),
+            "the hold keeps its take: {take:?}"
+        );
+        server.cmd(&["HSET", "named", &id, "a-later-request"]);
+        assert!(matches!(r.unlock().await, Err(Error::NotHeld { .. })));
+        assert_eq!(readers(&server, "named"), vec![field.clone()], "the newer hold stays");
+        // The hold's own identity releases it.
+        let again = c.rw_lock("named").unwrap().read();
+        server.cmd(&["HDEL", "named", &field, &format!(":{field}"), &id]);
+        let r = again.lock().await.unwrap();
+        r.unlock().await.unwrap();
+        assert!(readers(&server, "named").is_empty());
+    })
+    .await
+}

@@ -355,6 +355,11 @@ pub(crate) struct Release<'a> {
     pub(crate) request: &'a str,
     /// As [`Acquire::resent`].
     pub(crate) resent: bool,
+    /// The id of the request whose fresh take made the hold (`None`: not
+    /// known). A read-write lock's reader names its hold by it, as a
+    /// writer does by its token: a late release of an earlier hold of the
+    /// same owner then leaves a newer one alone.
+    pub(crate) take: Option<&'a str>,
 }
 
 /// A lock kind's calls, and every other way in which kinds differ below

@@ -43,6 +43,7 @@ impl Protocol for Side {
                 lit(a.waiting.arg()),
                 lit(if self.read { "read" } else { "write" }),
                 ms(env.waiter_timeout).into(),
+                a.request.into(),
             ],
             first_send: Some(3),
         }
@@ -52,7 +53,12 @@ impl Protocol for Side {
         Call {
             script: &RW_RELEASE,
             keys: vec![&keys.lock, &keys.channel, rec],
-            args: channel_release_args(r, env),
+            args: {
+                // ARGV[8]: the read hold's identity (rw_release.lua).
+                let mut args = channel_release_args(r, env);
+                args.push(r.take.unwrap_or("").into());
+                args
+            },
             first_send: Some(CHANNEL_RELEASE_FIRST_SEND),
         }
     }

@@ -42,14 +42,6 @@ pub struct Bounds {
     pub foreign: bool,
     /// Changes of the semaphore's stored number (to none, and back).
     pub numbers: u8,
-    /// Whether a task may take the read side again while a read release
-    /// it gave up on may still arrive. Such a release, arriving late,
-    /// frees the task's newer read hold (a reader's release names no
-    /// token), and a writer then enters while the reader believes it
-    /// holds: the checker finds it (`tests/model_check.rs`). Until
-    /// read holds carry an identity of their own, the other properties
-    /// are checked with this off.
-    pub stale_read_release: bool,
     pub depth: Option<usize>,
 }
 
@@ -60,22 +52,30 @@ pub enum Phase {
     Waiting {
         field: Field,
     },
+    /// `take`: the request that made the hold, which names a read hold to
+    /// its release (`None`: not known).
     Held {
         field: Field,
         token: u64,
+        take: Option<Req>,
         count: u32,
         valid_until: i32,
     },
     Lost {
         field: Field,
         token: u64,
+        take: Option<Req>,
     },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     Acquire(Field),
-    Release { field: Field, token: u64 },
+    Release {
+        field: Field,
+        token: u64,
+        take: Option<Req>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -255,11 +255,12 @@ impl FamilyModel {
                 field: Field::Permit(p),
                 ..
             } => Reply::Release(s.server.sem_release(p)),
-            Op::Release { field, token } => Reply::Release(s.server.rw_release(
+            Op::Release { field, token, take } => Reply::Release(s.server.rw_release(
                 RwRelease {
                     field,
                     req: call.req,
                     token: Some(token),
+                    take,
                     relet: 0,
                     keep: KEEP,
                     first,
@@ -279,6 +280,7 @@ impl FamilyModel {
                 Phase::Held {
                     count: was,
                     token: t,
+                    take,
                     valid_until,
                     ..
                 } if count > 1 => {
@@ -288,6 +290,7 @@ impl FamilyModel {
                     cl.phase = Phase::Held {
                         field,
                         token: t,
+                        take,
                         count,
                         valid_until,
                     };
@@ -296,10 +299,13 @@ impl FamilyModel {
                     // A fresh hold (a re-entry whose hold was gone takes a
                     // new one: count 1), or a first acquisition that
                     // entered the same task's hold a take it gave up on
-                    // made (its levels then count that one too).
+                    // made (its levels then count that one too; that hold's
+                    // identity is not this request, and the library then
+                    // names none: `Grant::take`).
                     cl.phase = Phase::Held {
                         field,
                         token,
+                        take: (count == 1).then_some(call.req),
                         count,
                         valid_until: call.since + LEASE,
                     };
@@ -318,10 +324,14 @@ impl FamilyModel {
             }
             (Op::Release { .. }, Reply::Release(r)) => match cl.phase {
                 Phase::Lost { .. } => {
-                    // A request the client gave up on that took a hold
-                    // after the loss (a reader's, which no token tells
-                    // apart) is freed by this release, which then answers
-                    // released: the late requests' cost the README states.
+                    // A take the client gave up on that reached the server
+                    // after the loss made a hold of this task, which this
+                    // release then frees and answers released: when the
+                    // client entered that orphan hold by a later
+                    // acquisition, it does not know the hold's identity,
+                    // and a hold is any release's of its owner then. The
+                    // late requests' cost the README states; never another
+                    // task's hold.
                     if matches!(r, ReleaseReply::Left(_)) && !cl.levels_unknown {
                         cl.lost_release_not_refused = true;
                     }
@@ -331,6 +341,7 @@ impl FamilyModel {
                 Phase::Held {
                     field,
                     token,
+                    take,
                     count,
                     valid_until,
                 } => match r {
@@ -341,6 +352,7 @@ impl FamilyModel {
                         cl.phase = Phase::Held {
                             field,
                             token,
+                            take,
                             count: n,
                             valid_until,
                         };
@@ -368,6 +380,7 @@ impl FamilyModel {
         let Phase::Held {
             field,
             token,
+            take,
             count,
             valid_until,
         } = s.clients[c].phase
@@ -380,11 +393,12 @@ impl FamilyModel {
                 Phase::Held {
                     field,
                     token,
+                    take,
                     count,
                     valid_until: valid_until.max(now + LEASE),
                 }
             } else {
-                Phase::Lost { field, token }
+                Phase::Lost { field, token, take }
             };
         }
     }
@@ -429,19 +443,7 @@ impl Model for FamilyModel {
                         let n = self.bounds.acquires - cl.acquires_left;
                         match self.bounds.roles[c] {
                             Role::Rw => {
-                                let late_read_release = matches!(
-                                    cl.late,
-                                    Some(Call {
-                                        op: Op::Release {
-                                            field: Field::Reader(_),
-                                            ..
-                                        },
-                                        ..
-                                    })
-                                );
-                                if self.bounds.stale_read_release || !late_read_release {
-                                    actions.push(Action::Start(c, Op::Acquire(Field::Reader(owner_of(c, 0)))));
-                                }
+                                actions.push(Action::Start(c, Op::Acquire(Field::Reader(owner_of(c, 0)))));
                                 actions.push(Action::Start(c, Op::Acquire(Field::Writer(owner_of(c, 0)))));
                             }
                             Role::Semaphore { .. } => {
@@ -451,14 +453,20 @@ impl Model for FamilyModel {
                     }
                     Phase::Waiting { field } => actions.push(Action::Start(c, Op::Acquire(field))),
                     Phase::Held {
-                        field, token, count, ..
+                        field,
+                        token,
+                        take,
+                        count,
+                        ..
                     } => {
                         if count < 2 && !matches!(field, Field::Permit(_)) {
                             actions.push(Action::Start(c, Op::Acquire(field)));
                         }
-                        actions.push(Action::Start(c, Op::Release { field, token }));
+                        actions.push(Action::Start(c, Op::Release { field, token, take }));
                     }
-                    Phase::Lost { field, token } => actions.push(Action::Start(c, Op::Release { field, token })),
+                    Phase::Lost { field, token, take } => {
+                        actions.push(Action::Start(c, Op::Release { field, token, take }))
+                    }
                     _ => {}
                 }
             }

@@ -116,6 +116,8 @@ pub struct RwRelease {
     pub req: Req,
     /// The write hold's token (`None`: "").
     pub token: Option<u64>,
+    /// A read hold's identity: the request that made it (`None`: "").
+    pub take: Option<Req>,
     pub relet: i32,
     pub keep: i32,
     pub first: bool,
@@ -163,6 +165,10 @@ pub enum Defect {
     ReleaseIgnoresToken,
     /// A lost counter starts again at 1.
     CounterRestartsAtOne,
+    /// A reader's release does not compare the hold's identity (how it was
+    /// before read holds had one): a late release frees the same task's
+    /// newer read hold. Found by this model, and fixed.
+    ReadReleaseIgnoresTake,
     /// A refused waiting semaphore acquire marks `:wait` on a hash that is
     /// not there (the number lowered below its take): a stray hash without
     /// kind or TTL. Found by this model in the real script, and fixed.
@@ -404,7 +410,8 @@ impl Server {
                                 field: a.field,
                                 count: 1,
                                 deadline: now + a.lease,
-                                req: None,
+                                // The hold's identity, `:q:<field>`.
+                                req: Some(a.req),
                             },
                         );
                         self.cover(&s, a.lease);
@@ -486,16 +493,24 @@ impl Server {
             _ => None,
         };
         let reply = self.rw_leave_level(r, defect);
-        self.check_release(&before, r.field, r.token.is_some() && r.token != token);
+        let stale_write = r.token.is_some() && r.token != token;
+        self.check_release(&before, r.field, |b| {
+            if b.field.is_reader() {
+                r.take.is_some() && b.req.is_some() && b.req != r.take
+            } else {
+                stale_write
+            }
+        });
         reply
     }
 
     /// A release changed no live hold but the caller's own (`stale`: the
-    /// caller named another write hold's token, so no write hold is its).
-    fn check_release(&mut self, before: &[Holding], field: Field, stale: bool) {
+    /// release named another hold of the same field, by its token or its
+    /// take, so that one is not its).
+    fn check_release(&mut self, before: &[Holding], field: Field, stale: impl Fn(&Holding) -> bool) {
         let after = self.live();
         for b in before {
-            let theirs = b.field != field || (stale && !b.field.is_reader());
+            let theirs = b.field != field || stale(b);
             if theirs && !after.contains(b) {
                 self.freed_another = true;
             }
@@ -523,6 +538,15 @@ impl Server {
                     return ReleaseReply::NotHeld;
                 }
             }
+        }
+        // A read hold without an identity is any release's of its owner.
+        if read
+            && defect != Some(Defect::ReadReleaseIgnoresTake)
+            && r.take.is_some()
+            && mine.req.is_some()
+            && mine.req != r.take
+        {
+            return ReleaseReply::NotHeld;
         }
         let now = self.now;
         if mine.count > 1 {
@@ -664,7 +688,7 @@ impl Server {
     pub fn sem_release(&mut self, p: Owner) -> ReleaseReply {
         let before = self.live();
         let reply = self.sem_give_back(p);
-        self.check_release(&before, Field::Permit(p), false);
+        self.check_release(&before, Field::Permit(p), |_| false);
         reply
     }
 
