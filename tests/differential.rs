@@ -10,15 +10,14 @@
 //! end is a step of its own (the key deleted on both sides), as is a
 //! record's.
 mod common;
+mod diff;
 mod model;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use common::{RedisServer, Reply, Resp};
-use model::server::{AcquireReply, Key, Recorded, ReleaseCall, ReleaseReply, Server, EPOCH};
+use common::{Reply, Resp};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
+use model::server::{AcquireReply, Key, ReleaseCall, ReleaseReply, Server};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 /// The reentrant lock's scripts, put together as `src/protocol/reentrant.rs`
 /// does (the test checks the server holds the same texts after a client
@@ -41,8 +40,6 @@ const RENEW: &str = include_str!("../lua/renew.lua");
 /// Leases in milliseconds (the model counts the same units here).
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];
 const KEEP: i32 = 60_000;
-/// How far a real TTL may be below the model's: the time a sequence takes.
-const SLACK: i64 = 5_000;
 
 const LOCK: &str = "{diff}:lock";
 const COUNTER: &str = "{diff}:token";
@@ -55,13 +52,6 @@ fn owner(o: u8) -> String {
 
 fn record(req: u32) -> String {
     format!("{{diff}}:rec:{req}")
-}
-
-/// Which request a call is: a new one, or one sent before (a re-send).
-#[derive(Clone, Copy, Debug)]
-enum Which {
-    New,
-    Again(usize),
 }
 
 /// Which token a release names.
@@ -102,10 +92,6 @@ enum Step {
     WriteForeign,
 }
 
-fn which() -> impl Strategy<Value = Which> {
-    prop_oneof![3 => Just(Which::New), 2 => (0..8usize).prop_map(Which::Again)]
-}
-
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..3u8, which(), prop::bool::weighted(0.2), 0..3usize)
@@ -132,71 +118,21 @@ fn step() -> impl Strategy<Value = Step> {
 struct Run<'a> {
     model: Server,
     redis: &'a mut Resp,
-    /// Requests made so far, with their call ("acquire", "release") and
-    /// owner: a re-send is of one of the same owner and call.
-    reqs: Vec<(u32, &'static str, u8)>,
+    /// Requests made so far, by owner.
+    reqs: Requests<u8>,
     /// Tokens handed out so far (model values).
     tokens: Vec<u64>,
-    /// Per counter start (model token / EPOCH): the real counter's value
-    /// minus the model's.
-    offsets: BTreeMap<u64, i128>,
-    /// The highest real token seen.
-    real_max: i128,
+    /// What ties the real tokens to the model's.
+    map: Tokens,
 }
 
 impl Run<'_> {
     fn real(&self, token: u64) -> Result<i128, TestCaseError> {
-        let start = token / EPOCH;
-        let off = self
-            .offsets
-            .get(&start)
-            .ok_or_else(|| TestCaseError::fail(format!("no real counter seen for model token {token}")))?;
-        Ok(i128::from(token) + off)
+        self.map.real(token)
     }
 
-    fn request(&mut self, which: Which, call: &'static str, owner: u8) -> (u32, bool) {
-        let mine: Vec<u32> = self
-            .reqs
-            .iter()
-            .filter(|r| r.1 == call && r.2 == owner)
-            .map(|r| r.0)
-            .collect();
-        match which {
-            Which::Again(i) if !mine.is_empty() => (mine[i % mine.len()], false),
-            _ => {
-                let req = self.reqs.len() as u32 + 1;
-                self.reqs.push((req, call, owner));
-                (req, true)
-            }
-        }
-    }
-
-    /// Learns the real counter's start when the model made a new one.
     fn learn_counter(&mut self) -> Result<(), TestCaseError> {
-        let Some(model) = self.model.counter.value else {
-            return Ok(());
-        };
-        let start = model / EPOCH;
-        if self.offsets.contains_key(&start) {
-            return Ok(());
-        }
-        let real: i128 = match self.redis.cmd(&["GET", COUNTER]) {
-            Reply::Str(s) => s.parse().map_err(|_| TestCaseError::fail(format!("counter {s:?}")))?,
-            other => {
-                return Err(TestCaseError::fail(format!(
-                    "the model has a counter, the server {other:?}"
-                )))
-            }
-        };
-        // The clock assumption, checked on the real server: a new counter
-        // starts above every token handed out before.
-        prop_assert!(
-            real > self.real_max,
-            "a restarted counter {real} is not above {}",
-            self.real_max
-        );
-        self.offsets.insert(start, real - i128::from(model));
-        Ok(())
+        self.map.learn(self.model.counter.value, self.redis, COUNTER)
     }
 
     fn apply(&mut self, step: Step) -> Result<(), TestCaseError> {
@@ -207,7 +143,7 @@ impl Run<'_> {
                 resent,
                 lease,
             } => {
-                let (req, new) = self.request(which, "acquire", o);
+                let (req, new) = self.reqs.request(which, "acquire", o);
                 let first = new && !resent;
                 let lease = LEASES[lease];
                 let want = self.model.acquire(o, req, lease, KEEP, first, None);
@@ -233,7 +169,7 @@ impl Run<'_> {
                 token,
                 relet,
             } => {
-                let (req, new) = self.request(which, "release", o);
+                let (req, new) = self.reqs.request(which, "release", o);
                 let first = new && !resent;
                 let token = match (token, self.tokens.last()) {
                     (Named::Unknown, _) | (_, None) => None,
@@ -350,9 +286,7 @@ impl Run<'_> {
         if !self.tokens.contains(&token) {
             self.tokens.push(token);
         }
-        if let Ok(real) = self.real(token) {
-            self.real_max = self.real_max.max(real);
-        }
+        self.map.handed_out(token);
     }
 
     /// Every key the model has, the server has, with the same contents;
@@ -381,39 +315,17 @@ impl Run<'_> {
                 ];
                 want.sort();
                 prop_assert_eq!(pairs, want, "the lock hash");
-                let pttl = self.redis.cmd(&["PTTL", LOCK]).as_int().unwrap_or(i64::MIN);
-                let left = i64::from(h.expires - self.model.now);
-                prop_assert!(
-                    pttl <= left && pttl > left - SLACK,
-                    "the lease: the model {left} ms, the server {pttl}"
-                );
+                check_ttl(self.redis, LOCK, h.expires - self.model.now)?;
             }
         }
-        if let Some(c) = self.model.counter.value {
-            want_keys.push(COUNTER.to_string());
-            let real = self.redis.cmd(&["GET", COUNTER]);
-            prop_assert_eq!(real.as_int().map(i128::from), Some(self.real(c)?), "the counter");
-        }
-        for r in &self.model.records {
-            let key = record(r.req);
-            let want = match r.value {
-                Recorded::Entered { token, count } => format!("{}:{count}", self.real(token)?),
-                Recorded::Left(n) => n.to_string(),
-            };
-            prop_assert_eq!(self.redis.cmd(&["GET", &key]), Reply::Str(want), "record {}", key);
-            let pttl = self.redis.cmd(&["PTTL", &key]).as_int().unwrap_or(i64::MIN);
-            let left = i64::from(r.expires - self.model.now);
-            prop_assert!(
-                pttl <= left && pttl > left - SLACK,
-                "record {key}: pttl {pttl}, the model {left}"
-            );
-            want_keys.push(key);
-        }
-        want_keys.sort();
-        let mut keys = self.redis.cmd(&["KEYS", "*"]).strings();
-        keys.sort();
-        prop_assert_eq!(keys, want_keys, "the keys");
-        Ok(())
+        want_keys.extend(self.map.check_counter_and_records(
+            self.redis,
+            (COUNTER, self.model.counter.value),
+            &self.model.records,
+            self.model.now,
+            record,
+        )?);
+        check_key_set(self.redis, want_keys)
     }
 }
 
@@ -421,55 +333,22 @@ impl Run<'_> {
 /// loads its scripts, and loading these adds none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_tested_are_the_ones_the_library_loads() {
-    let server = RedisServer::start();
-    let cached = |s: &RedisServer| s.info_field("memory", "number_of_cached_scripts");
-    server.cmd(&["SCRIPT", "FLUSH"]);
-    let _client = common::client(&server.url(), Duration::from_secs(30)).await;
-    let loaded = cached(&server);
-    assert!(
-        loaded.as_deref().is_some_and(|n| n != "0"),
-        "the client loaded its scripts"
-    );
-    for text in [ACQUIRE, RELEASE, RENEW] {
-        server.cmd(&["SCRIPT", "LOAD", text]);
-    }
-    assert_eq!(
-        cached(&server),
-        loaded,
-        "a script text here is not one the library loads"
-    );
+    diff::assert_the_librarys_scripts(&[ACQUIRE, RELEASE, RENEW]).await;
 }
 
 #[test]
 fn the_real_scripts_answer_and_write_as_the_model() {
-    let server = RedisServer::start();
-    let redis = std::cell::RefCell::new(server.resp());
-    let cases = std::env::var("LOCKWARDEN_DIFF_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(300);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let result = runner.run(&prop::collection::vec(step(), 1..40), |steps| {
-        let mut redis = redis.borrow_mut();
-        redis.cmd(&["FLUSHALL"]);
+    diff::run_sequences(step(), |redis, steps| {
         let mut run = Run {
             model: Server::new(),
-            redis: &mut redis,
-            reqs: Vec::new(),
+            redis,
+            reqs: Requests::default(),
             tokens: Vec::new(),
-            offsets: BTreeMap::new(),
-            real_max: 0,
+            map: Tokens::default(),
         };
         for step in steps {
             run.apply(step)?;
         }
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("the model and the scripts differ: {e}");
-    }
 }

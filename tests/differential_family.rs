@@ -10,16 +10,16 @@
 //! end is a step that dates the hold's deadline field in the past on both
 //! sides, and the next script to look prunes it.
 mod common;
+mod diff;
 mod model;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use common::{RedisServer, Reply, Resp};
-use model::server::{Recorded, EPOCH};
+use common::{Reply, Resp};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
 use model::shared_hash::{AcquireReply, Field, Kind, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 const RW_ACQUIRE: &str = concat!(
     include_str!("../lua/shared.lua"),
@@ -51,7 +51,6 @@ const RENEW: &str = include_str!("../lua/renew.lua");
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];
 const MARK: i32 = 150_000;
 const KEEP: i32 = 60_000;
-const SLACK: i64 = 5_000;
 /// The semaphore handle's number.
 const PERMITS: u32 = 3;
 
@@ -70,12 +69,6 @@ fn field_name(f: Field) -> String {
 
 fn record(req: u32) -> String {
     format!("{{fam}}:rec:{req}")
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Which {
-    New,
-    Again(usize),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -124,10 +117,6 @@ enum Step {
     SetNumber(u32),
 }
 
-fn which() -> impl Strategy<Value = Which> {
-    prop_oneof![3 => Just(Which::New), 2 => (0..8usize).prop_map(Which::Again)]
-}
-
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..3usize, any::<bool>())
@@ -152,59 +141,17 @@ fn step() -> impl Strategy<Value = Step> {
 struct Run<'a> {
     model: Server,
     redis: &'a mut Resp,
-    /// Requests so far: (id, call, field).
-    reqs: Vec<(u32, &'static str, Field)>,
+    /// Requests so far, by field.
+    reqs: Requests<Field>,
     /// Write tokens handed out (model values).
     tokens: Vec<u64>,
-    offsets: BTreeMap<u64, i128>,
+    /// What ties the real tokens to the model's.
+    map: Tokens,
 }
 
 impl Run<'_> {
     fn real(&self, token: u64) -> Result<i128, TestCaseError> {
-        if token == 0 {
-            return Ok(0);
-        }
-        let off = self
-            .offsets
-            .get(&(token / EPOCH))
-            .ok_or_else(|| TestCaseError::fail(format!("no real counter seen for model token {token}")))?;
-        Ok(i128::from(token) + off)
-    }
-
-    fn request(&mut self, which: Which, call: &'static str, field: Field) -> (u32, bool) {
-        let mine: Vec<u32> = self
-            .reqs
-            .iter()
-            .filter(|r| r.1 == call && r.2 == field)
-            .map(|r| r.0)
-            .collect();
-        match which {
-            Which::Again(i) if !mine.is_empty() => (mine[i % mine.len()], false),
-            _ => {
-                let req = self.reqs.len() as u32 + 1;
-                self.reqs.push((req, call, field));
-                (req, true)
-            }
-        }
-    }
-
-    fn learn_counter(&mut self) -> Result<(), TestCaseError> {
-        let Some(model) = self.model.counter.value else {
-            return Ok(());
-        };
-        if self.offsets.contains_key(&(model / EPOCH)) {
-            return Ok(());
-        }
-        let real: i128 = match self.redis.cmd(&["GET", COUNTER]) {
-            Reply::Str(s) => s.parse().map_err(|_| TestCaseError::fail(format!("counter {s:?}")))?,
-            other => {
-                return Err(TestCaseError::fail(format!(
-                    "the model has a counter, the server {other:?}"
-                )))
-            }
-        };
-        self.offsets.insert(model / EPOCH, real - i128::from(model));
-        Ok(())
+        self.map.real(token)
     }
 
     /// The server's clock in ms.
@@ -266,7 +213,7 @@ impl Run<'_> {
                 } else {
                     Field::Writer(owner)
                 };
-                let (req, new) = self.request(which, "acquire", field);
+                let (req, new) = self.reqs.request(which, "acquire", field);
                 let first = new && !resent;
                 let a = RwAcquire {
                     field,
@@ -294,10 +241,11 @@ impl Run<'_> {
                     &MARK.to_string(),
                     &format!("q{req}"),
                 ]);
-                self.learn_counter()?;
+                self.map.learn(self.model.counter.value, self.redis, COUNTER)?;
                 if let AcquireReply::Granted { token, .. } = want {
                     if !read && !self.tokens.contains(&token) {
                         self.tokens.push(token);
+                        self.map.handed_out(token);
                     }
                 }
                 self.check_acquire(want, &got)?;
@@ -316,12 +264,7 @@ impl Run<'_> {
                 } else {
                     Field::Writer(owner)
                 };
-                let takes: Vec<u32> = self
-                    .reqs
-                    .iter()
-                    .filter(|r| r.1 == "acquire" && r.2 == field)
-                    .map(|r| r.0)
-                    .collect();
+                let takes = self.reqs.of("acquire", field);
                 let held = match &self.model.name {
                     Name::Hash(h) => h.holds.iter().find(|x| x.field == field).and_then(|x| x.req),
                     _ => None,
@@ -331,7 +274,7 @@ impl Run<'_> {
                     2 => takes.first().copied(),
                     _ => None,
                 };
-                let (req, new) = self.request(which, "release", field);
+                let (req, new) = self.reqs.request(which, "release", field);
                 let first = new && !resent;
                 let current = match &self.model.name {
                     Name::Hash(h) => h.token,
@@ -401,7 +344,7 @@ impl Run<'_> {
                 waits,
             } => {
                 let field = Field::Permit(permit);
-                let (req, _) = self.request(which, "attempt", field);
+                let (req, _) = self.reqs.request(which, "attempt", field);
                 let a = SemAcquire {
                     permit,
                     take,
@@ -582,43 +525,21 @@ impl Run<'_> {
                     self.check_time(&format!("the mark {key}"), &r, d, now_ms)?;
                 }
                 prop_assert_eq!(real, want, "the hash's other fields");
-                let pttl = self.redis.cmd(&["PTTL", LOCK]).as_int().unwrap_or(i64::MIN);
-                let left = i64::from(h.expires - self.model.now);
-                prop_assert!(
-                    pttl <= left && pttl > left - SLACK,
-                    "the hash's TTL: the model {left} ms, the server {pttl}"
-                );
+                check_ttl(self.redis, LOCK, h.expires - self.model.now)?;
             }
-        }
-        if let Some(c) = self.model.counter.value {
-            want_keys.push(COUNTER.to_string());
-            let real = self.redis.cmd(&["GET", COUNTER]);
-            prop_assert_eq!(real.as_int().map(i128::from), Some(self.real(c)?), "the counter");
         }
         if let Some(n) = self.model.number {
             want_keys.push(NUMBER.to_string());
             prop_assert_eq!(self.redis.cmd(&["GET", NUMBER]), Reply::Str(n.to_string()));
         }
-        for r in self.model.records.clone() {
-            let key = record(r.req);
-            let want = match r.value {
-                Recorded::Entered { token, count } => format!("{}:{count}", self.real(token)?),
-                Recorded::Left(n) => n.to_string(),
-            };
-            prop_assert_eq!(self.redis.cmd(&["GET", &key]), Reply::Str(want), "record {}", key);
-            let pttl = self.redis.cmd(&["PTTL", &key]).as_int().unwrap_or(i64::MIN);
-            let left = i64::from(r.expires - self.model.now);
-            prop_assert!(
-                pttl <= left && pttl > left - SLACK,
-                "record {key}: pttl {pttl}, the model {left}"
-            );
-            want_keys.push(key);
-        }
-        want_keys.sort();
-        let mut keys = self.redis.cmd(&["KEYS", "*"]).strings();
-        keys.sort();
-        prop_assert_eq!(keys, want_keys, "the keys");
-        Ok(())
+        want_keys.extend(self.map.check_counter_and_records(
+            self.redis,
+            (COUNTER, self.model.counter.value),
+            &self.model.records,
+            self.model.now,
+            record,
+        )?);
+        check_key_set(self.redis, want_keys)
     }
 }
 
@@ -626,50 +547,22 @@ impl Run<'_> {
 /// loads its scripts, and loading these adds none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_tested_are_the_ones_the_library_loads() {
-    let server = RedisServer::start();
-    let cached = |s: &RedisServer| s.info_field("memory", "number_of_cached_scripts");
-    server.cmd(&["SCRIPT", "FLUSH"]);
-    let _client = common::client(&server.url(), Duration::from_secs(30)).await;
-    let loaded = cached(&server);
-    for text in [RW_ACQUIRE, RW_RELEASE, RW_LEAVE, SEM_ACQUIRE, SEM_RELEASE, RENEW] {
-        server.cmd(&["SCRIPT", "LOAD", text]);
-    }
-    assert_eq!(
-        cached(&server),
-        loaded,
-        "a script text here is not one the library loads"
-    );
+    diff::assert_the_librarys_scripts(&[RW_ACQUIRE, RW_RELEASE, RW_LEAVE, SEM_ACQUIRE, SEM_RELEASE, RENEW]).await;
 }
 
 #[test]
 fn the_real_scripts_answer_and_write_as_the_model() {
-    let server = RedisServer::start();
-    let redis = std::cell::RefCell::new(server.resp());
-    let cases = std::env::var("LOCKWARDEN_DIFF_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(300);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let result = runner.run(&prop::collection::vec(step(), 1..40), |steps| {
-        let mut redis = redis.borrow_mut();
-        redis.cmd(&["FLUSHALL"]);
+    diff::run_sequences(step(), |redis, steps| {
         let mut run = Run {
             model: Server::new(),
-            redis: &mut redis,
-            reqs: Vec::new(),
+            redis,
+            reqs: Requests::default(),
             tokens: Vec::new(),
-            offsets: BTreeMap::new(),
+            map: Tokens::default(),
         };
         for step in steps {
             run.apply(step)?;
         }
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("the model and the scripts differ: {e}");
-    }
 }

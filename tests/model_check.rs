@@ -11,6 +11,8 @@
 //! a defect the property is there to catch yields a counterexample.
 mod model;
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::Instant;
 
 use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
@@ -71,10 +73,21 @@ fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
             depth: v.get(5).map(|&d| d as usize),
         };
     }
+    explore(&format!("{bounds:?}"), LockModel::new(bounds), bounds.depth);
+}
+
+/// Explores `model` to `depth`, says how far it went, and checks every
+/// property in every state it reached.
+fn explore<M>(label: &str, model: M, depth: Option<usize>)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let started = Instant::now();
-    let checker = bounded(LockModel::new(bounds), bounds.depth).spawn_bfs().join();
+    let checker = bounded(model, depth).spawn_bfs().join();
     eprintln!(
-        "{bounds:?}: {} states ({} unique), depth {}, {:.1} s",
+        "{label}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
         checker.unique_state_count(),
         checker.max_depth(),
@@ -82,6 +95,27 @@ fn the_reentrant_lock_keeps_every_property_in_every_reachable_state() {
     );
     assert!(checker.is_done(), "the exploration ended before the bound");
     checker.assert_properties();
+}
+
+/// Explores `model`, given back the defect `what`, until a property fails,
+/// and shows the counterexample to `property` (which must be among them).
+fn counterexample<M>(what: &str, model: M, depth: Option<usize>, property: &'static str)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let checker = bounded(model, depth)
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{what}: no counterexample to {property:?}"));
+    eprintln!("{what} breaks {property:?}:");
+    for action in path.into_actions() {
+        eprintln!("  {action:?}");
+    }
 }
 
 /// Each defect and the property that must catch it.
@@ -98,17 +132,12 @@ const CAUGHT: [(Defect, &str); 7] = [
 #[test]
 fn every_property_finds_the_defect_it_is_there_for() {
     for (defect, property) in CAUGHT {
-        let checker = bounded(LockModel::with_defect(SHORT, defect), SHORT.depth)
-            .finish_when(HasDiscoveries::AnyFailures)
-            .spawn_bfs()
-            .join();
-        let path = checker
-            .discovery(property)
-            .unwrap_or_else(|| panic!("{defect:?}: no counterexample to {property:?}"));
-        eprintln!("{defect:?} breaks {property:?}:");
-        for action in path.into_actions() {
-            eprintln!("  {action:?}");
-        }
+        counterexample(
+            &format!("{defect:?}"),
+            LockModel::with_defect(SHORT, defect),
+            SHORT.depth,
+            property,
+        );
     }
 }
 
@@ -168,17 +197,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
             continue;
         }
         let bounds = family_bounds(name, bounds);
-        let started = Instant::now();
-        let checker = bounded(FamilyModel::new(bounds), bounds.depth).spawn_bfs().join();
-        eprintln!(
-            "{name} {bounds:?}: {} states ({} unique), depth {}, {:.1} s",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed().as_secs_f64()
-        );
-        assert!(checker.is_done(), "the exploration ended before the bound");
-        checker.assert_properties();
+        explore(&format!("{name} {bounds:?}"), FamilyModel::new(bounds), bounds.depth);
     }
 }
 
@@ -220,25 +239,14 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 8] = [
 
 const EXCLUSION: &str = "never a writer with another holder, nor permits over the number, nor two kinds";
 
-fn counterexample(model: FamilyModel, property: &'static str) {
-    let what = format!("{:?}", model.defect);
-    let depth = model.bounds.depth;
-    let checker = bounded(model, depth)
-        .finish_when(HasDiscoveries::AnyFailures)
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{what}: no counterexample to {property:?}"));
-    eprintln!("{what} breaks {property:?}:");
-    for action in path.into_actions() {
-        eprintln!("  {action:?}");
-    }
-}
-
 #[test]
 fn every_family_property_finds_the_defect_it_is_there_for() {
     for (defect, bounds, property) in FAMILY_CAUGHT {
-        counterexample(FamilyModel::with_defect(bounds, defect), property);
+        counterexample(
+            &format!("{defect:?}"),
+            FamilyModel::with_defect(bounds, defect),
+            bounds.depth,
+            property,
+        );
     }
 }

@@ -11,11 +11,12 @@
 
 use stateright::{Model, Property};
 
+use super::net::{self, Line, Net};
 use super::server::{Owner, Req};
 use super::shared_hash::{
     AcquireReply, Defect, Field, Holding, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
 };
-use super::{KEEP, LEASE, TIMEOUT};
+use super::{KEEP, LEASE};
 
 /// How long a waiting writer's mark lasts, in ticks: longer than a lease,
 /// so a mark that moved a lease would show.
@@ -84,26 +85,12 @@ pub enum Reply {
     Release(ReleaseReply),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Wire {
-    Sent { first: bool },
-    Replied(Reply),
-    Gone,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Call {
-    pub op: Op,
-    pub req: Req,
-    pub since: i32,
-    pub wire: Wire,
-}
+pub type Call = net::Call<Op, Reply>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientState {
     pub phase: Phase,
-    pub call: Option<Call>,
-    pub late: Option<Call>,
+    pub line: Line<Op, Reply>,
     pub acquires_left: u8,
     pub calls_left: u8,
     pub levels_unknown: bool,
@@ -124,13 +111,7 @@ pub struct State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     Start(usize, Op),
-    Run(usize),
-    Hear(usize),
-    Lose(usize),
-    Resend(usize),
-    GiveUp(usize),
-    RunLate(usize),
-    LoseLate(usize),
+    Net(usize, Net),
     Renew(usize),
     RenewUnheard(usize),
     /// A waiting writer stops waiting and says so (rw_leave.lua).
@@ -177,15 +158,7 @@ impl FamilyModel {
         s.clients
             .iter()
             .enumerate()
-            .filter(|(_, c)| {
-                !matches!(
-                    c.call,
-                    Some(Call {
-                        op: Op::Release { .. },
-                        ..
-                    })
-                )
-            })
+            .filter(|(_, c)| !c.line.calls(|op| matches!(op, Op::Release { .. })))
             .filter_map(|(i, c)| match c.phase {
                 Phase::Held {
                     field,
@@ -272,9 +245,7 @@ impl FamilyModel {
 
     fn hear(&self, s: &mut State, c: usize) {
         let cl = &mut s.clients[c];
-        let Some(call) = cl.call else { return };
-        let Wire::Replied(reply) = call.wire else { return };
-        cl.call = None;
+        let Some((call, reply)) = cl.line.heard() else { return };
         match (call.op, reply) {
             (Op::Acquire(field), Reply::Acquire(AcquireReply::Granted { token, count })) => match cl.phase {
                 Phase::Held {
@@ -417,8 +388,7 @@ impl Model for FamilyModel {
                 .iter()
                 .map(|_| ClientState {
                     phase: Phase::Idle,
-                    call: None,
-                    late: None,
+                    line: Line::default(),
                     acquires_left: self.bounds.acquires,
                     calls_left: self.bounds.calls,
                     levels_unknown: false,
@@ -436,7 +406,7 @@ impl Model for FamilyModel {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let now = s.server.now;
         for (c, cl) in s.clients.iter().enumerate() {
-            if cl.calls_left > 0 && cl.call.is_none() {
+            if cl.calls_left > 0 && cl.line.call.is_none() {
                 match cl.phase {
                     Phase::Idle if cl.acquires_left > 0 => {
                         // Permit ids are per acquisition.
@@ -470,7 +440,7 @@ impl Model for FamilyModel {
                     _ => {}
                 }
             }
-            if cl.call.is_none() {
+            if cl.line.call.is_none() {
                 if let Phase::Waiting { field } = cl.phase {
                     if matches!(field, Field::Writer(_)) {
                         actions.push(Action::Leave(c));
@@ -478,43 +448,14 @@ impl Model for FamilyModel {
                     actions.push(Action::Abandon(c));
                 }
             }
-            if let Some(call) = cl.call {
-                match call.wire {
-                    Wire::Replied(_) => actions.push(Action::Hear(c)),
-                    Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
-                    _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
-                    _ => {}
-                }
-            }
-            let releasing = matches!(
-                cl.call,
-                Some(Call {
-                    op: Op::Release { .. },
-                    ..
-                })
-            );
+            let releasing = cl.line.calls(|op| matches!(op, Op::Release { .. }));
             if matches!(cl.phase, Phase::Held { .. }) && !releasing {
                 actions.push(Action::Renew(c));
                 actions.push(Action::RenewUnheard(c));
             }
-            if let Some(late) = cl.late {
-                if matches!(late.wire, Wire::Sent { first: true }) || now < late.since + KEEP {
-                    actions.push(Action::RunLate(c));
-                }
-                actions.push(Action::LoseLate(c));
-            }
-            if let Some(call) = cl.call {
-                match call.wire {
-                    Wire::Sent { first } => {
-                        if first || now < call.since + KEEP {
-                            actions.push(Action::Run(c));
-                        }
-                        actions.push(Action::Lose(c));
-                    }
-                    Wire::Replied(_) => actions.push(Action::Lose(c)),
-                    Wire::Gone => {}
-                }
-            }
+            let mut net = Vec::new();
+            cl.line.offer(now, &mut net);
+            actions.extend(net.into_iter().map(|n| Action::Net(c, n)));
         }
         actions.push(Action::Tick);
         if s.faults_left > 0 {
@@ -545,22 +486,15 @@ impl Model for FamilyModel {
                     cl.acquires_left -= 1;
                 }
                 cl.calls_left -= 1;
-                cl.call = Some(Call {
-                    op,
-                    req,
-                    since: now,
-                    wire: Wire::Sent { first: true },
-                });
+                cl.line.call = Some(Call::new(op, req, now));
             }
-            Action::Run(c) => {
-                let mut call = s.clients[c].call?;
-                let Wire::Sent { first } = call.wire else { return None };
-                call.wire = Wire::Replied(self.execute(&mut s, c, call, first));
-                s.clients[c].call = Some(call);
+            Action::Net(c, Net::Run) => {
+                let (call, first) = s.clients[c].line.sent()?;
+                let reply = self.execute(&mut s, c, call, first);
+                s.clients[c].line.reply(reply);
             }
-            Action::RunLate(c) => {
-                let call = s.clients[c].late.take()?;
-                if let Wire::Sent { first } = call.wire {
+            Action::Net(c, Net::RunLate) => {
+                if let Some((call, first)) = s.clients[c].line.take_late() {
                     let was = s.server.live();
                     self.execute(&mut s, c, call, first);
                     if s.server.live() != was {
@@ -568,30 +502,17 @@ impl Model for FamilyModel {
                     }
                 }
             }
-            Action::LoseLate(c) => s.clients[c].late = None,
-            Action::Hear(c) => self.hear(&mut s, c),
-            Action::Lose(c) => {
-                if let Some(call) = s.clients[c].call.as_mut() {
-                    call.wire = Wire::Gone;
-                }
-            }
-            Action::Resend(c) => {
-                if let Some(call) = s.clients[c].call.as_mut() {
-                    call.wire = Wire::Sent { first: false };
-                }
-            }
-            Action::GiveUp(c) => {
+            Action::Net(c, Net::Hear) => self.hear(&mut s, c),
+            Action::Net(c, Net::GiveUp) => {
                 let cl = &mut s.clients[c];
-                let call = cl.call.take()?;
-                if let Wire::Sent { .. } = call.wire {
-                    cl.late = Some(call);
-                }
+                let call = cl.line.give_up()?;
                 match (call.op, cl.phase) {
                     (Op::Acquire(_), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
                     (Op::Acquire(_), _) => cl.levels_unknown = true,
                     (Op::Release { .. }, _) => cl.phase = Phase::Idle,
                 }
             }
+            Action::Net(c, step) => s.clients[c].line.carry(step),
             Action::Renew(c) => self.renew(&mut s, c, true),
             Action::RenewUnheard(c) => self.renew(&mut s, c, false),
             Action::Leave(c) => {
@@ -695,12 +616,7 @@ fn shift(s: &mut State) {
         r.expires -= n;
     }
     for cl in &mut s.clients {
-        if let Some(call) = cl.call.as_mut() {
-            call.since = back(call.since, -LEASE);
-        }
-        if let Some(call) = cl.late.as_mut() {
-            call.since = back(call.since, -KEEP);
-        }
+        cl.line.shift(n);
         if let Phase::Held { valid_until, .. } = &mut cl.phase {
             *valid_until = back(*valid_until, 0);
         }

@@ -22,9 +22,11 @@
 #![allow(dead_code)]
 
 pub mod family;
+pub mod net;
 pub mod server;
 pub mod shared_hash;
 
+use net::{Line, Net};
 use server::{AcquireReply, Defect, Key, Owner, ReleaseCall, ReleaseReply, Req, Server};
 use stateright::{Model, Property};
 
@@ -76,39 +78,20 @@ pub enum Op {
     Release { token: u64 },
 }
 
-/// Where a call is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Wire {
-    /// The request is on its way (`first`: never sent before).
-    Sent { first: bool },
-    /// The script ran; the reply is on its way.
-    Replied(Reply),
-    /// The request or the reply was lost: the client hears nothing.
-    Gone,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
     Acquire(AcquireReply),
     Release(ReleaseReply),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Call {
-    pub op: Op,
-    pub req: Req,
-    /// The tick of its first send.
-    pub since: i32,
-    pub wire: Wire,
-}
+pub type Call = net::Call<Op, Reply>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientState {
     pub phase: Phase,
-    pub call: Option<Call>,
-    /// A request the client gave up on while it was still on its way: it
-    /// may still reach the server (its reply goes unheard), or be lost.
-    pub late: Option<Call>,
+    /// Its call, and a request it gave up on while it was still on its
+    /// way (which may still reach the server, its reply unheard).
+    pub line: Line<Op, Reply>,
     pub acquires_left: u8,
     pub calls_left: u8,
     /// Its levels are unknown: a re-entry it gave up on may have counted.
@@ -136,19 +119,8 @@ pub struct State {
 pub enum Action {
     /// Client `c` starts a call: a take or re-entry, or a release.
     Start(usize, Op),
-    /// The server runs client `c`'s request.
-    Run(usize),
-    /// Client `c` hears its reply.
-    Hear(usize),
-    /// Client `c`'s request or reply is lost.
-    Lose(usize),
-    /// Client `c` sends its unanswered request again.
-    Resend(usize),
-    /// Client `c` gives up on its call (its command timeout).
-    GiveUp(usize),
-    /// Client `c`'s request it gave up on reaches the server, or is lost.
-    RunLate(usize),
-    LoseLate(usize),
+    /// The network's step for client `c`'s calls.
+    Net(usize, Net),
     /// Client `c`'s watchdog renews (sent, run and its reply heard), or
     /// renews and the reply is lost.
     Renew(usize),
@@ -186,13 +158,7 @@ impl LockModel {
             .clients
             .iter()
             .filter(|c| {
-                let releasing = matches!(
-                    c.call,
-                    Some(Call {
-                        op: Op::Release { .. },
-                        ..
-                    })
-                );
+                let releasing = c.line.calls(|op| matches!(op, Op::Release { .. }));
                 !releasing && matches!(c.phase, Phase::Held { valid_until, .. } if state.server.now < valid_until)
             })
             .count()
@@ -204,10 +170,11 @@ impl LockModel {
     }
 
     fn run(&self, s: &mut State, c: usize) {
-        let Some(mut call) = s.clients[c].call else { return };
-        let Wire::Sent { first } = call.wire else { return };
-        call.wire = Wire::Replied(self.execute(s, c, call, first));
-        s.clients[c].call = Some(call);
+        let Some((call, first)) = s.clients[c].line.sent() else {
+            return;
+        };
+        let reply = self.execute(s, c, call, first);
+        s.clients[c].line.reply(reply);
     }
 
     /// Runs client `c`'s request on the server.
@@ -232,9 +199,7 @@ impl LockModel {
     fn hear(&self, s: &mut State, c: usize) {
         let now = s.server.now;
         let cl = &mut s.clients[c];
-        let Some(call) = cl.call else { return };
-        let Wire::Replied(reply) = call.wire else { return };
-        cl.call = None;
+        let Some((call, reply)) = cl.line.heard() else { return };
         let dated = if self.defect == Some(Defect::ValidityFromReply) {
             now
         } else {
@@ -355,8 +320,7 @@ impl Model for LockModel {
             clients: (0..self.bounds.clients)
                 .map(|_| ClientState {
                     phase: Phase::Idle,
-                    call: None,
-                    late: None,
+                    line: Line::default(),
                     acquires_left: self.bounds.acquires,
                     calls_left: self.bounds.calls,
                     levels_unknown: false,
@@ -374,7 +338,7 @@ impl Model for LockModel {
         let now = s.server.now;
         for (c, cl) in s.clients.iter().enumerate() {
             if cl.calls_left > 0 {
-                match (cl.call, cl.phase) {
+                match (cl.line.call, cl.phase) {
                     (None, Phase::Idle) if cl.acquires_left > 0 => actions.push(Action::Start(c, Op::Acquire)),
                     (None, Phase::Held { token, count, .. }) => {
                         if count < 2 {
@@ -386,49 +350,15 @@ impl Model for LockModel {
                     _ => {}
                 }
             }
-            if let Some(call) = cl.call {
-                match call.wire {
-                    Wire::Replied(_) => actions.push(Action::Hear(c)),
-                    Wire::Gone if now < call.since + TIMEOUT => actions.push(Action::Resend(c)),
-                    // Its command timeout: given up on, answered or
-                    // not (a request still on its way may come late).
-                    _ if now >= call.since + TIMEOUT && cl.late.is_none() => actions.push(Action::GiveUp(c)),
-                    _ => {}
-                }
-            }
             // The watchdog renews a hold until its release begins.
-            let releasing = matches!(
-                cl.call,
-                Some(Call {
-                    op: Op::Release { .. },
-                    ..
-                })
-            );
+            let releasing = cl.line.calls(|op| matches!(op, Op::Release { .. }));
             if matches!(cl.phase, Phase::Held { .. }) && !releasing {
                 actions.push(Action::Renew(c));
                 actions.push(Action::RenewUnheard(c));
             }
-            if let Some(late) = cl.late {
-                if matches!(late.wire, Wire::Sent { first: true }) || now < late.since + KEEP {
-                    actions.push(Action::RunLate(c));
-                }
-                actions.push(Action::LoseLate(c));
-            }
-            // Requests reach the server, late or not; a re-sent one
-            // within its replay record's lifetime (the assumption the
-            // records are made for).
-            if let Some(call) = cl.call {
-                match call.wire {
-                    Wire::Sent { first } => {
-                        if first || now < call.since + KEEP {
-                            actions.push(Action::Run(c));
-                        }
-                        actions.push(Action::Lose(c));
-                    }
-                    Wire::Replied(_) => actions.push(Action::Lose(c)),
-                    Wire::Gone => {}
-                }
-            }
+            let mut net = Vec::new();
+            cl.line.offer(now, &mut net);
+            actions.extend(net.into_iter().map(|n| Action::Net(c, n)));
         }
         actions.push(Action::Tick);
         if s.faults_left > 0 {
@@ -458,20 +388,11 @@ impl Model for LockModel {
                     s.clients[c].acquires_left -= 1;
                 }
                 s.clients[c].calls_left -= 1;
-                s.clients[c].call = Some(Call {
-                    op,
-                    req,
-                    since: now,
-                    wire: Wire::Sent { first: true },
-                });
+                s.clients[c].line.call = Some(Call::new(op, req, now));
             }
-            Action::Run(c) => self.run(&mut s, c),
-            Action::RunLate(c) => {
-                let late = s.clients[c].late.take();
-                if let Some(call) = late {
-                    let Wire::Sent { first } = call.wire else {
-                        return Some(s);
-                    };
+            Action::Net(c, Net::Run) => self.run(&mut s, c),
+            Action::Net(c, Net::RunLate) => {
+                if let Some((call, first)) = s.clients[c].line.take_late() {
                     // A late take or re-entry the client never hears of:
                     // an orphan hold until its lease ends, or a level more
                     // on the owner's own hold, which then outlives its
@@ -484,24 +405,10 @@ impl Model for LockModel {
                     }
                 }
             }
-            Action::LoseLate(c) => s.clients[c].late = None,
-            Action::Hear(c) => self.hear(&mut s, c),
-            Action::Lose(c) => {
-                if let Some(call) = s.clients[c].call.as_mut() {
-                    call.wire = Wire::Gone;
-                }
-            }
-            Action::Resend(c) => {
-                if let Some(call) = s.clients[c].call.as_mut() {
-                    call.wire = Wire::Sent { first: false };
-                }
-            }
-            Action::GiveUp(c) => {
+            Action::Net(c, Net::Hear) => self.hear(&mut s, c),
+            Action::Net(c, Net::GiveUp) => {
                 let cl = &mut s.clients[c];
-                let call = cl.call.take()?;
-                if let Wire::Sent { .. } = call.wire {
-                    cl.late = Some(call);
-                }
+                let call = cl.line.give_up()?;
                 match (call.op, cl.phase) {
                     // An acquire whose outcome is unknown is an error: the
                     // client holds nothing (a take the server made
@@ -514,6 +421,7 @@ impl Model for LockModel {
                     (Op::Release { .. }, _) => cl.phase = Phase::Idle,
                 }
             }
+            Action::Net(c, step) => s.clients[c].line.carry(step),
             Action::Renew(c) => {
                 // Sent, run and heard in one step: the tightest case (a
                 // renewal heard later was sent earlier, and its sender
@@ -591,9 +499,7 @@ fn shift(s: &mut State) {
         r.expires -= n;
     }
     for cl in &mut s.clients {
-        if let Some(call) = cl.call.as_mut() {
-            call.since = back(call.since, -LEASE);
-        }
+        cl.line.shift(n);
         if let Phase::Held { valid_until, .. } = &mut cl.phase {
             *valid_until = back(*valid_until, 0);
         }
