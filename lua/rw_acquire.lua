@@ -109,10 +109,12 @@ if read then
   end
   local token = redis.pcall('GET', KEYS[2])
   if type(token) == 'table' then return refused(token, 2) end
-  redis.call('HSET', KEYS[1], me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
+  local fields = {me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden'}
   if ARGV[8] and ARGV[8] ~= '' then
-    redis.call('HSET', KEYS[1], ':q:' .. me, ARGV[8])
+    fields[#fields + 1] = ':q:' .. me
+    fields[#fields + 1] = ARGV[8]
   end
+  redis.call('HSET', KEYS[1], unpack(fields))
   cover(s, lease)
   return grant(tonumber(token or '0'), 1)
 end
