@@ -30,9 +30,11 @@
 -- ARGV[7]  with KEYS[5], for a listening caller: the first lease in ms of
 --          a direct grant to this wait (see below); left out when it does
 --          not ask for one
+-- ARGV[8]  with ARGV[7]: the waiter's number for this attempt, kept in the
+--          ask and named back by a grant's message (shared_wake.lua)
 -- KEYS[5]  the waiters' grant asks (hash: client id -> "<ms> <record key>
---          <owner field>"); given with ARGV[7], or to take the client's
---          ask back
+--          <attempt> <owner field>"); given with ARGV[7], or to take the
+--          client's ask back
 --
 -- Direct grants (one master, see wait.rs): a refused caller whose client
 -- has no other wait on the lock (ARGV[5] "1" or "3") and that gives
@@ -147,7 +149,7 @@ if not got[1] then
     -- server) leaves the waiter to be woken rather than handed the lock.
     if KEYS[5] and place then
       if ARGV[7] and (waiting == '1' or waiting == '3') then
-        local n = redis.pcall('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[1])
+        local n = redis.pcall('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[8] .. ' ' .. ARGV[1])
         if type(n) == 'number' then
           redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl + 1000))
         end

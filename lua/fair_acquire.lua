@@ -6,7 +6,7 @@
 -- KEYS[4]  the lock's fencing-token counter (a string, never given a TTL)
 -- KEYS[5]  this request's replay record (lives ARGV[4] ms)
 -- KEYS[6]  the waiters' grant asks (hash: owner field -> "<deadline ms>
---          <lease ms> <record ms> <request id> <wake id>", see
+--          <lease ms> <record ms> <request id> <attempt> <wake id>", see
 --          fair_release.lua)
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms (> 0)
@@ -19,8 +19,9 @@
 -- ARGV[7]  "SPUBLISH" on a cluster (sharded pub/sub: the channels share the
 --          lock's slot), anything else for PUBLISH
 -- ARGV[8]  with "wait": this waiter's grant ask ("<lease ms> <record ms>
---          <request id> <wake id>": the id of KEYS[5], and where it listens,
---          ARGV[6] .. wake id), stored after the waiter's new deadline
+--          <request id> <attempt> <wake id>": the id of KEYS[5], the
+--          waiter's number for this attempt, and where it listens, ARGV[6]
+--          .. wake id), stored after the waiter's new deadline
 --          so an unlock can hand the lock straight to it; "" for no
 --          direct grant (a quorum). A waiter without an ask listens on
 --          ARGV[6] .. its owner field.

@@ -7,8 +7,10 @@
 -- KEYS[4]  the lock's fencing-token counter
 -- KEYS[5]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[6]  the waiters' grant asks (hash: owner field -> "<deadline ms>
---          <lease ms> <record ms> <request id> <wake id>", written by
---          fair_acquire.lua; the deadline is the waiter's score in KEYS[3])
+--          <lease ms> <record ms> <request id> <attempt> <wake id>",
+--          written by fair_acquire.lua; the deadline is the waiter's score
+--          in KEYS[3]; an ask without the attempt, from an older client,
+--          is granted as well)
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 -- ARGV[3]  replay-record lifetime in ms (> 0)
@@ -40,8 +42,10 @@
 -- grantee that died since its last refresh blocks the queue no longer than
 -- its eviction would have. Its request record says "<token>:1:g", so its
 -- next attempt (if the message is lost) returns the grant and sets its full
--- lease. The message "g <token> <lease ms> <request id>", on ARGV[5] ..
--- wake id, tells the waiter it holds the lock. A head without an ask gets
+-- lease. The message "g <token> <lease ms> <request id> <attempt>", on
+-- ARGV[5] .. wake id, tells the waiter it holds the lock; the attempt
+-- (the waiter's number for the attempt that left the ask) tells it the
+-- grant came after that attempt ran. A head without an ask gets
 -- "0" on ARGV[5] .. its owner field and takes the lock with
 -- fair_acquire.lua.
 
@@ -59,17 +63,21 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- or by the next acquire attempt, whichever comes first. A waiter's ask
 -- starts with its deadline (the score it has in KEYS[3]); a waiter without
 -- an ask (a quorum's) has only the score.
-local head, deadline, lease, keep, id, wake
+local head, deadline, lease, keep, id, n, wake
 while true do
   head = redis.pcall('LPOP', KEYS[2])
   if type(head) ~= 'string' then
     return 0
   end
   local ask = redis.pcall('HGET', KEYS[6], head)
-  lease, id, wake = nil, nil, nil
+  lease, id, n, wake = nil, nil, nil, nil
   if type(ask) == 'string' then
-    deadline, lease, keep, id, wake =
-      string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%S+)$')
+    deadline, lease, keep, id, n, wake =
+      string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%d+) (%S+)$')
+    if not lease then
+      deadline, lease, keep, id, wake =
+        string.match(ask, '^(%d+) (%d+) (%d+) (%S+) (%S+)$')
+    end
   end
   if not lease then
     deadline = redis.pcall('ZSCORE', KEYS[3], head)
@@ -98,6 +106,7 @@ if lease then
     local record_ms = tonumber(keep) > ms and keep or ms_text
     redis.call('SET', ARGV[7] .. id, token .. ':1:g', 'PX', record_ms)
     local grant = 'g ' .. token .. ' ' .. ms_text .. ' ' .. id
+    if n then grant = grant .. ' ' .. n end
     redis.pcall(publish, ARGV[5] .. wake, grant)
     return 0
   end

@@ -11,7 +11,8 @@
 -- KEYS[3]  the waiter deadlines (sorted set: permit id -> server ms)
 -- KEYS[4]  this wait's request record (a release's direct grant: "g")
 -- KEYS[5]  the waiters' grant asks (hash: permit id -> "<deadline ms>
---          <permits> <lease ms> <record ms> <request id> <wake id>")
+--          <permits> <lease ms> <record ms> <request id> <attempt> <wake
+--          id>")
 -- KEYS[6]  the number of permits stored with the semaphore, if any
 -- ARGV[1]  the permit id "<client-uuid>:p<n>:r"
 -- ARGV[2]  permits to take (>= 1)
@@ -25,7 +26,9 @@
 -- ARGV[8]  prefix of the waiters' wake channels
 -- ARGV[9]  PUBLISH, or SPUBLISH on a cluster
 -- ARGV[10] with "wait": this waiter's ask "<lease ms> <record ms> <request
---          id> <wake id>" (so a release can grant it directly), "" for none
+--          id> <attempt> <wake id>" (so a release can grant it directly;
+--          the attempt is the waiter's number for this attempt, named back
+--          in the grant's message), "" for none
 -- ARGV[11] how long the queue keys live past a waiter's refresh, in ms
 -- ARGV[12] the attempt's request id (KEYS[4] is its record)
 --

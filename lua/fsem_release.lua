@@ -22,7 +22,9 @@
 -- its permits fit in what is free, they are its here (its permit id with
 -- its permits, a deadline of min(its asked lease, its queue deadline -
 -- now), its request at ':q:'), its record says "g", and "g 0 <lease ms>
--- <request id>" on its wake channel tells it. Heads whose deadline passed
+-- <request id> <attempt>" on its wake channel tells it (the attempt whose
+-- ask this was; an ask without one, from an older client, gets the
+-- message without it). Heads whose deadline passed
 -- are evicted on the way. A head whose permits do not fit stays the head
 -- (no one behind it is served first); one without an ask is woken with
 -- "0" to take them itself.
@@ -51,9 +53,12 @@ while used < total do
   local head = redis.pcall('LPOP', KEYS[2])
   if type(head) ~= 'string' then break end
   local ask = redis.pcall('HGET', KEYS[4], head)
-  local deadline, take, lease, keep, id, wake
+  local deadline, take, lease, keep, id, n, wake
   if type(ask) == 'string' then
-    deadline, take, lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%d+) (%d+) (%S+) (%S+)$')
+    deadline, take, lease, keep, id, n, wake = string.match(ask, '^(%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%S+)$')
+    if not lease then
+      deadline, take, lease, keep, id, wake = string.match(ask, '^(%d+) (%d+) (%d+) (%d+) (%S+) (%S+)$')
+    end
   end
   if not lease then
     deadline = redis.pcall('ZSCORE', KEYS[3], head)
@@ -85,7 +90,7 @@ while used < total do
     used = used + tonumber(take)
     local record_ms = tonumber(keep) > ms and keep or ms_text
     redis.call('SET', ARGV[4] .. id, 'g', 'PX', record_ms)
-    redis.pcall(publish, ARGV[2] .. wake, 'g 0 ' .. ms_text .. ' ' .. id)
+    redis.pcall(publish, ARGV[2] .. wake, 'g 0 ' .. ms_text .. ' ' .. id .. (n and (' ' .. n) or ''))
   else
     redis.call('ZREM', KEYS[3], head)
     redis.pcall('HDEL', KEYS[4], head)

@@ -9,7 +9,8 @@
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[4]  the lock's fencing-token counter
 -- KEYS[5]  the waiters' grant asks (hash: client id -> "<ms> <record key>
---          <owner field>", see acquire.lua); left out, no direct grants
+--          <attempt> <owner field>", see acquire.lua); left out, no direct
+--          grants
 -- ARGV[1]  owner field "<client-uuid>:<owner-id>"
 -- ARGV[2]  lease in ms to re-apply while still held, 0 to leave the TTL alone
 --          (never shortens the current lease)

@@ -18,13 +18,15 @@
 --
 --     Direct grants: with `grant` = {h, a, c} (the KEYS indexes of the free
 --     lock hash, the asks hash and the fencing counter), a client that left
---     an ask ("<ms> <record key> <owner field>", acquire.lua) is handed the
+--     an ask ("<ms> <record key> <attempt> <owner field>", acquire.lua; an
+--     older client's has no attempt) is handed the
 --     lock instead of woken: a fresh hold of that owner exactly as a take by
 --     its waiting request would make it (next token, count 1, ':take' = the
 --     request's record key, so the request's next attempt finds it as its
 --     own), with a first lease of <ms> (the waiter's own lease follows when
 --     it learns of the grant), and the message "g <token> <ms> <record
---     key>". A grant nobody heard (PUBLISH counted 0: the client is gone)
+--     key> <attempt>" (the waiter's number for the attempt that left the
+--     ask: the grant came after that attempt ran). A grant nobody heard (PUBLISH counted 0: the client is gone)
 --     is undone at once and the next client is tried. A refused PUBLISH
 --     leaves the grant standing: the waiter finds it at its next attempt.
 
@@ -33,10 +35,13 @@ local function wake_next(l, prefix, publish, msg, grant)
     local id = redis.pcall('LPOP', KEYS[l])
     if type(id) ~= 'string' then return false end
     local ask = grant and redis.pcall('HGET', KEYS[grant[2]], id)
-    local ms, rec, owner
+    local ms, rec, n, owner
     if type(ask) == 'string' then
       redis.call('HDEL', KEYS[grant[2]], id)
-      ms, rec, owner = string.match(ask, '^(%d+) (%S+) (.+)$')
+      ms, rec, n, owner = string.match(ask, '^(%d+) (%S+) (%d+) (.+)$')
+      if not ms then
+        ms, rec, owner = string.match(ask, '^(%d+) (%S+) (.+)$')
+      end
     end
     local token = ms and next_token(grant[3])
     if token then
@@ -48,8 +53,9 @@ local function wake_next(l, prefix, publish, msg, grant)
         redis.call('HSET', h, owner, '1', ':token', token, ':take', rec, ':kind', 'reentrant')
       end
       redis.call('PEXPIRE', h, ms)
-      local n = redis.pcall(publish, prefix .. id, 'g ' .. token .. ' ' .. ms .. ' ' .. rec)
-      if type(n) ~= 'number' or n > 0 then return true end
+      local msg = 'g ' .. token .. ' ' .. ms .. ' ' .. rec .. (n and (' ' .. n) or '')
+      local heard = redis.pcall(publish, prefix .. id, msg)
+      if type(heard) ~= 'number' or heard > 0 then return true end
       redis.call('DEL', h)
     else
       local n = redis.pcall(publish, prefix .. id, msg)

@@ -171,7 +171,7 @@ impl Policy for FairWait<'_> {
     }
 
     fn on_wake(&mut self, m: Message<'_>) -> Wake {
-        let (Some(request), Some((token, ms, id))) = (
+        let (Some(request), Some((token, ms, id, n))) = (
             self.request.as_deref(),
             m.payload.as_deref().and_then(crate::wait::parse_grant),
         ) else {
@@ -183,6 +183,13 @@ impl Policy for FairWait<'_> {
             // wait's, which settled it otherwise, and says nothing new to
             // this one.
             return Wake::Stale;
+        }
+        if n != Some(m.attempt) {
+            // Made before the wait's latest attempt ran (see `claim_grant`):
+            // that attempt may have found the grant's hold gone, so the
+            // message is no proof of a hold. An attempt finds a grant still
+            // standing in the record.
+            return Wake::Attempt;
         }
         match crate::wait::claim_grant(self.t, m.pin, m.lease, token, ms, m.sent_at) {
             Some(guard) => {

@@ -63,8 +63,8 @@ pub(crate) struct Names {
     pub waiters: Str,
     pub queue: Str,
     pub timeouts: Str,
-    /// Queued waiter -> "<deadline ms> <lease ms> <record ms> <request id> <wake id>"
-    /// (fair_release.lua).
+    /// Queued waiter -> "<deadline ms> <lease ms> <record ms> <request id>
+    /// <attempt> <wake id>" (fair_release.lua).
     pub asks: Str,
     /// `lockwarden:{PN}:wake:`; a wake id (or an owner field) is appended.
     pub wake_prefix: Str,

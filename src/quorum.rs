@@ -94,6 +94,8 @@ pub(crate) struct Ask<'a> {
     /// `request` was sent before by the same wait (a grant-asking wait keeps
     /// its id across attempts).
     pub sent_before: bool,
+    /// The attempt's number within its wait (see [`Acquire::attempt`]).
+    pub attempt: u64,
     /// The live hold this owner has already: (its token, its per-master
     /// tokens). A majority re-entering keeps them.
     pub known: Option<(u64, Vec<Option<u64>>)>,
@@ -131,6 +133,7 @@ impl<M: NodeOps> Undo for Resend<M> {
                     grant: None,
                     grant_lease: None,
                     resent: true,
+                    attempt: 0,
                 };
                 match member.acquire(&keys, &again).await {
                     Ok(AcquireReply::Acquired { token, count }) => {
@@ -281,6 +284,7 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
                 grant: ask.grant,
                 grant_lease: ask.grant_lease,
                 resent: ask.sent_before,
+                attempt: ask.attempt,
             };
             let r = pending.member.acquire(ask.keys, &a).await;
             if !matches!(r, Err(ref e) if e.is_outcome_unknown()) {
@@ -801,6 +805,7 @@ mod tests {
                     grant: None,
                     grant_lease: None,
                     sent_before: false,
+                    attempt: 0,
                     known: None,
                 };
                 let r = acquire(&members, &ask).await;

@@ -93,6 +93,9 @@ pub(crate) struct Message<'a> {
     pub(crate) payload: Option<String>,
     /// When the wait's last attempt was sent.
     pub(crate) sent_at: Instant,
+    /// That attempt's number (see `protocol::Acquire::attempt`): a grant
+    /// message naming another attempt is not the lock by itself.
+    pub(crate) attempt: u64,
 }
 
 /// How an attempt, or the wait, ended ([`Policy::on_outcome`]).
@@ -369,8 +372,10 @@ impl Policy for WakeOne {
     /// attempt) wakes this one as any message.
     fn on_wake(&mut self, m: Message<'_>) -> Wake {
         let grant = m.payload.as_deref().and_then(parse_grant);
-        if let (Some((token, ms, rec)), Some(id)) = (grant, &self.request) {
-            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) {
+        if let (Some((token, ms, rec, n)), Some(id)) = (grant, &self.request) {
+            // A grant to an earlier attempt of this wait is the next
+            // attempt's to find (see `claim_grant`).
+            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) && n == Some(m.attempt) {
                 let t = Target {
                     core: &self.core,
                     keys: &self.keys,
@@ -470,7 +475,8 @@ pub(crate) async fn wait<P: Policy>(
     // script call.
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
-    let (first_refusal, mut first) = match attempt(t, pin, lease, &mut policy).await {
+    let mut attempts = 1;
+    let (first_refusal, mut first) = match attempt(t, pin, lease, &mut policy, attempts).await {
         Ok(Ok(guard)) => return Ok(Some(guard)),
         Ok(Err(refusal)) => (refusal, true),
         Err(e) => {
@@ -510,7 +516,8 @@ pub(crate) async fn wait<P: Policy>(
             Ok(true) => Ok(Err(first_refusal)),
             Ok(false) => {
                 sent_at = Instant::now();
-                attempt(t, pin, lease, &mut policy).await
+                attempts += 1;
+                attempt(t, pin, lease, &mut policy, attempts).await
             }
             Err(e) => Err(e),
         };
@@ -547,6 +554,7 @@ pub(crate) async fn wait<P: Policy>(
             lease,
             interest: &interest,
             sent_at,
+            attempt: attempts,
         };
         if let Some(guard) = woke.sleep(&mut policy, notified, &turn).await {
             return Ok(Some(guard));
@@ -633,8 +641,9 @@ struct Woke<'a, 'b> {
     pin: &'b OwnerPin,
     lease: Lease,
     interest: &'b Interest,
-    /// When the last attempt was sent.
+    /// When the last attempt was sent, and its number.
     sent_at: Instant,
+    attempt: u64,
 }
 
 impl<'b> Woke<'_, 'b> {
@@ -658,6 +667,7 @@ impl<'b> Woke<'_, 'b> {
                         lease: self.lease,
                         payload: self.interest.take_payload(),
                         sent_at: self.sent_at,
+                        attempt: self.attempt,
                     };
                     match policy.on_wake(message) {
                         Wake::Granted(guard) => {
@@ -685,7 +695,8 @@ impl<'b> Woke<'_, 'b> {
 }
 
 /// One acquire attempt on every master, with what `policy` adds to the
-/// request. Returns the guard, or the refusal.
+/// request; `n`: its number within the wait. Returns the guard, or the
+/// refusal.
 ///
 /// Cancel safe: levels granted anywhere are released in the background if
 /// this future is dropped, and requests whose reply was lost are settled
@@ -695,6 +706,7 @@ async fn attempt<P: Policy>(
     pin: &OwnerPin,
     lease: Lease,
     policy: &mut P,
+    n: u64,
 ) -> Result<std::result::Result<LockGuard, Refusal>> {
     let lease_d = match lease {
         Lease::Watchdog => t.core.settings.watchdog_lease,
@@ -720,6 +732,7 @@ async fn attempt<P: Policy>(
             grant: req.grant_to.map(|(_, w)| w).or(req.wake),
             grant_lease: req.grant_lease,
             sent_before: req.sent_before,
+            attempt: n,
             known,
         };
         let reply = crate::quorum::acquire(&t.core.members, &ask).await;
@@ -741,21 +754,36 @@ async fn attempt<P: Policy>(
     })
 }
 
-/// A grant message, `g <token> <lease ms> <request id>`: its parts.
-pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str)> {
+/// A grant message, `g <token> <lease ms> <request id> <attempt>`: its
+/// parts. The attempt is the number of the waiter's attempt whose ask the
+/// grant answered (`None` from scripts older than that number).
+pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str, Option<u64>)> {
     let mut parts = msg.split(' ');
-    let (Some("g"), Some(token), Some(ms), Some(id), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some("g"), Some(token), Some(ms), Some(id), n, None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
         return None;
     };
-    Some((token.parse().ok()?, ms.parse().ok()?, id))
+    let n = match n {
+        Some(n) => Some(n.parse().ok()?),
+        None => None,
+    };
+    Some((token.parse().ok()?, ms.parse().ok()?, id, n))
 }
 
 /// The guard for a direct grant of `token` with a lease of `ms` to a
-/// wait's request (see `parse_grant`; the reentrant lock's grants too). The grant happened after
-/// the attempt sent at `sent_at` (else that attempt would have returned
-/// it), so its lease is counted from there; `None` also when half of it
+/// wait's request (see `parse_grant`; the reentrant lock's grants too),
+/// whose message names the wait's latest attempt, sent at `sent_at`. The
+/// grant answered that attempt's ask, so it was made after the attempt
+/// ran, and its lease is counted from the send. (A message naming an
+/// earlier attempt may have been on its way while a later attempt found
+/// the grant's hold already gone: the waiter's next attempt finds a grant
+/// still standing in its record.) `None` also when half of it
 /// would be gone by that count. A grant's first lease is short (a fair
 /// waiter's queue deadline, a reentrant waiter's grant lease), so a
 /// grantee that stopped blocks the lock no longer than that; a third of

@@ -309,11 +309,18 @@ impl Waiting {
 }
 
 /// What a queued waiter asks of a direct grant (the fair lock's and the
-/// fair semaphore's): "<lease ms> <record ms> <request id> <wake id>", or
-/// "" when it does not ask (only trying, or no wake id: a quorum).
+/// fair semaphore's): "<lease ms> <record ms> <request id> <attempt>
+/// <wake id>", or "" when it does not ask (only trying, or no wake id: a
+/// quorum).
 fn grant_ask(a: &Acquire<'_>, env: &Env) -> String {
     match a.grant {
-        Some(wake) if a.waiting.waits() => format!("{} {} {} {wake}", ms(a.lease), ms(env.record_ttl), a.request),
+        Some(wake) if a.waiting.waits() => format!(
+            "{} {} {} {} {wake}",
+            ms(a.lease),
+            ms(env.record_ttl),
+            a.request,
+            a.attempt
+        ),
         _ => String::new(),
     }
 }
@@ -342,6 +349,13 @@ pub(crate) struct Acquire<'a> {
     /// A request sent for the first time has none, and the script need not
     /// look.
     pub(crate) resent: bool,
+    /// The number of this attempt within its wait. A waiter's ask carries
+    /// it and the message of a direct grant names it back, so the waiter
+    /// claims by message only a grant made after its latest attempt ran:
+    /// a message can come late, after a later attempt of the wait found
+    /// that grant's hold already gone (its lease, counted from that
+    /// attempt, would then outlast the hold).
+    pub(crate) attempt: u64,
 }
 
 /// Leaving one level of `owner`'s hold whose fencing token is `token`

@@ -63,6 +63,7 @@ impl Protocol for Reentrant {
             if let Some(first) = a.grant_lease {
                 call.keys.push(&keys.asks);
                 call.args.push(ms(first).into());
+                call.args.push((a.attempt as i64).into());
             }
         }
         call

@@ -673,6 +673,10 @@ pub struct Proxy {
     /// While set, nothing passes either way (a partition, or a paused
     /// client as the server sees it); what was sent meanwhile passes after.
     stalled: Arc<AtomicBool>,
+    /// While set, what the server sends on subscriber connections (those
+    /// that sent a SUBSCRIBE) is held back: pub/sub messages delayed while
+    /// commands and their replies pass.
+    holding_messages: Arc<AtomicBool>,
     pub dropped: Arc<AtomicU64>,
     /// Bytes passed on from clients to the server.
     pub forwarded: Arc<AtomicU64>,
@@ -687,10 +691,17 @@ impl Proxy {
         let dropped = Arc::new(AtomicU64::new(0));
         let forwarded = Arc::new(AtomicU64::new(0));
         let stalled = Arc::new(AtomicBool::new(false));
-        let (f, d, fw, st) = (flag.clone(), dropped.clone(), forwarded.clone(), stalled.clone());
+        let holding = Arc::new(AtomicBool::new(false));
+        let (f, d, fw, st, hm) = (
+            flag.clone(),
+            dropped.clone(),
+            forwarded.clone(),
+            stalled.clone(),
+            holding.clone(),
+        );
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (f, d, fw, st) = (f.clone(), d.clone(), fw.clone(), st.clone());
+                let (f, d, fw, st, hm) = (f.clone(), d.clone(), fw.clone(), st.clone(), hm.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -701,6 +712,7 @@ impl Proxy {
                     let (mut sr, mut sw) = server.split();
                     let mut a = vec![0u8; 64 * 1024];
                     let mut b = vec![0u8; 64 * 1024];
+                    let mut subscriber = false;
                     loop {
                         tokio::select! {
                             n = cr.read(&mut a) => match n {
@@ -709,6 +721,7 @@ impl Proxy {
                                     while st.load(Ordering::SeqCst) {
                                         tokio::time::sleep(Duration::from_millis(5)).await;
                                     }
+                                    subscriber |= a[..n].windows(9).any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"));
                                     if sw.write_all(&a[..n]).await.is_err() { return }
                                     fw.fetch_add(n as u64, Ordering::SeqCst);
                                 }
@@ -716,8 +729,8 @@ impl Proxy {
                             n = sr.read(&mut b) => match n {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => {
-                                    while st.load(Ordering::SeqCst) {
-                                        tokio::time::sleep(Duration::from_millis(5)).await;
+                                    while st.load(Ordering::SeqCst) || (subscriber && hm.load(Ordering::SeqCst)) {
+                                        tokio::time::sleep(Duration::from_millis(1)).await;
                                     }
                                     if f.swap(false, Ordering::SeqCst) {
                                         d.fetch_add(1, Ordering::SeqCst);
@@ -735,6 +748,7 @@ impl Proxy {
             port,
             drop_next_reply: flag,
             stalled,
+            holding_messages: holding,
             dropped,
             forwarded,
             task,
@@ -754,6 +768,18 @@ impl Proxy {
     /// Ends [`Proxy::stall`]: what was held back passes on.
     pub fn resume(&self) {
         self.stalled.store(false, Ordering::SeqCst);
+    }
+
+    /// Holds back pub/sub messages (everything the server sends on a
+    /// subscriber connection) until [`Proxy::pass_messages`]; commands and
+    /// their replies pass meanwhile.
+    pub fn hold_messages(&self) {
+        self.holding_messages.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends [`Proxy::hold_messages`]: the messages held back pass on, late.
+    pub fn pass_messages(&self) {
+        self.holding_messages.store(false, Ordering::SeqCst);
     }
 
     /// The next reply from the server, on any connection, is swallowed and
