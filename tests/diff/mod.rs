@@ -144,6 +144,8 @@ impl Tokens {
             let want = match r.value {
                 Recorded::Entered { token, count } => format!("{}:{count}", self.real(token)?),
                 Recorded::Left(n) => n.to_string(),
+                Recorded::Granted { token } => format!("{}:1:g", self.real(token)?),
+                Recorded::GaveBack => "left".to_string(),
             };
             prop_assert_eq!(redis.cmd(&["GET", &key]), Reply::Str(want), "record {}", key);
             check_ttl(redis, &key, r.expires - now)?;

@@ -21,6 +21,7 @@
 //! differential test's operations for its scripts.
 #![allow(dead_code)]
 
+pub mod fair;
 pub mod family;
 pub mod net;
 pub mod server;

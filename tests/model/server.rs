@@ -52,6 +52,10 @@ pub enum Recorded {
     Entered { token: u64, count: u32 },
     /// A release's reply: the levels left.
     Left(u32),
+    /// A fair lock's direct grant to the request, `"<token>:1:g"`.
+    Granted { token: u64 },
+    /// A grant its waiter gave back when it left the queue, `"left"`.
+    GaveBack,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,999 @@
+//! The fair lock's model: one master's keys for one fair lock name (the
+//! lock hash, the waiter queue with each waiter's deadline and grant ask,
+//! the fencing counter, the request records) with `lua/fair_acquire.lua`,
+//! `lua/fair_release.lua` (its direct grant included), `lua/fair_leave.lua`
+//! and the renewal as atomic steps; and clients that queue, refresh their
+//! place with each attempt, are handed the lock by an unlock (told by a
+//! message that can be lost, or held up for any number of steps) or find
+//! the grant in their record at their next attempt, leave the queue or
+//! drop their wait without a word, re-enter, release and renew. Requests
+//! and replies are lost, re-sent and given up on as in
+//! [`super::LockModel`]; the server loses its data or its counter.
+
+use stateright::{Model, Property};
+
+use super::net::{self, Line, Net};
+use super::server::{recorded, set_record, Counter, Owner, Record, Recorded, Req};
+use super::{KEEP, LEASE};
+
+/// A queued waiter's life without a refresh (the waiter timeout), in
+/// ticks. A grant's first lease is the waiter's lease cut to what is left
+/// of it.
+pub const WAITER: i32 = 3;
+
+/// A grant's record lifetime (the ask's record ms: the client's replay
+/// record lifetime), one tick longer than a lease: a record can outlive
+/// its grant's hold.
+pub const RECORD: i32 = LEASE + 1;
+
+/// A hold of the fair lock: its owner's count, `:token`, `:take` (the
+/// request whose own take made it; a grant has none) and the key's TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Hold {
+    pub owner: Owner,
+    pub count: u32,
+    pub token: u64,
+    pub take: Option<Req>,
+    pub expires: i32,
+}
+
+/// A waiter in the queue: its place is its index; its deadline (its score
+/// in the deadlines set) and its ask (the wait's request, and the number
+/// of the attempt that wrote it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Queued {
+    pub owner: Owner,
+    pub deadline: i32,
+    pub req: Req,
+    pub attempt: u8,
+}
+
+/// A message on a waiter's wake channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Msg {
+    /// `0`: try again.
+    Wake,
+    /// `g <token> <ms> <request> <attempt>`.
+    Grant { token: u64, ms: i32, req: Req, attempt: u8 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AcquireReply {
+    /// `{1, token, count}`.
+    Held { token: u64, count: u32 },
+    /// `{0, pttl}`: held by another.
+    Refused { pttl: i32 },
+    /// `{0, -3}`: free, others ahead in the queue.
+    Behind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReleaseReply {
+    Left(u32),
+    NotHeld,
+}
+
+/// A defect the model can be given back, each once a real defect of a
+/// fair lock (here or elsewhere).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Defect {
+    /// The waiter claims any grant message to its wait, whichever attempt
+    /// it answered (its lease counted from the latest attempt).
+    ClaimIgnoresAttempt,
+    /// A grant in the request record is the reply even when its hold is
+    /// gone.
+    RecordIgnoresHold,
+    /// A free lock is taken by whoever asks, queue or not.
+    Barging,
+    /// A grant's first lease is the asked lease, not cut to the waiter's
+    /// queue deadline.
+    GrantIgnoresDeadline,
+    /// The release does not compare the hold's token.
+    ReleaseIgnoresToken,
+    /// A lost counter starts again at 1.
+    CounterRestartsAtOne,
+    /// A refused attempt sets the lock's lease (PEXPIRE ... GT).
+    RefusalExtends,
+    /// A re-entry records no reply.
+    ReentryUnrecorded,
+    /// Leaving gives back the waiter's grant without checking that it is
+    /// still the latest hold (the counter).
+    LeaveIgnoresCounter,
+}
+
+/// The fair lock's keys on one master, and the messages on their way to
+/// each client's wake channel (the latest that said more than "wake up").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Server {
+    pub now: i32,
+    pub lock: Option<Hold>,
+    pub queue: Vec<Queued>,
+    /// The queue keys' TTL (they live past the last refresh).
+    pub queue_expires: i32,
+    pub counter: Counter,
+    pub records: Vec<Record>,
+    pub mail: Vec<Option<Msg>>,
+    /// Ghosts: a release changed a hold that was not the caller's; a
+    /// caller that does not hold moved the lease; a free lock went to one
+    /// that was not the queue's live head; a grant's lease outlived its
+    /// waiter's deadline.
+    pub freed_another: bool,
+    pub waiter_moved_lease: bool,
+    pub barged: bool,
+    pub grant_past_deadline: bool,
+}
+
+/// An attempt (`wait`: a waiter's, which queues when refused) or a
+/// re-entry.
+#[derive(Clone, Copy, Debug)]
+pub struct Acquire {
+    pub owner: Owner,
+    pub req: Req,
+    pub attempt: u8,
+    pub wait: bool,
+}
+
+impl Server {
+    pub fn new(clients: usize) -> Server {
+        Server {
+            now: 0,
+            lock: None,
+            queue: Vec::new(),
+            queue_expires: 0,
+            counter: Counter::default(),
+            records: Vec::new(),
+            mail: vec![None; clients],
+            freed_another: false,
+            waiter_moved_lease: false,
+            barged: false,
+            grant_past_deadline: false,
+        }
+    }
+
+    pub fn advance(&mut self, ticks: i32) {
+        self.now += ticks;
+        let now = self.now;
+        if self.lock.is_some_and(|h| h.expires <= now) {
+            self.lock = None;
+        }
+        if self.queue_expires <= now {
+            self.queue.clear();
+        }
+        self.records.retain(|r| r.expires > now);
+    }
+
+    pub fn flush(&mut self) {
+        self.lock = None;
+        self.queue.clear();
+        self.counter.value = None;
+        self.records.clear();
+    }
+
+    fn send(&mut self, owner: Owner, msg: Msg) {
+        let slot = &mut self.mail[owner as usize];
+        // A plain wake-up does not replace a grant the waiter has yet to
+        // read (the subscriber keeps the latest message that said more).
+        if !(msg == Msg::Wake && matches!(slot, Some(Msg::Grant { .. }))) {
+            *slot = Some(msg);
+        }
+    }
+
+    fn next_token(&mut self, defect: Option<Defect>) -> u64 {
+        self.counter.next(defect == Some(Defect::CounterRestartsAtOne))
+    }
+
+    /// fair_acquire.lua.
+    pub fn acquire(&mut self, a: Acquire, defect: Option<Defect>) -> AcquireReply {
+        let before = self.lock;
+        let reply = self.acquire_steps(a, defect);
+        if let (Some(b), Some(h)) = (before, self.lock) {
+            if b.owner != a.owner && b.token == h.token && b.expires != h.expires {
+                self.waiter_moved_lease = true;
+            }
+        }
+        reply
+    }
+
+    fn acquire_steps(&mut self, a: Acquire, defect: Option<Defect>) -> AcquireReply {
+        let now = self.now;
+        match recorded(&self.records, a.req) {
+            Some(Recorded::GaveBack) => return AcquireReply::Behind,
+            Some(Recorded::Entered { token, count }) => return AcquireReply::Held { token, count },
+            Some(Recorded::Granted { token }) => {
+                if let Some(mut h) = self.lock.filter(|h| h.owner == a.owner && h.token == token) {
+                    h.expires = h.expires.max(now + LEASE);
+                    self.lock = Some(h);
+                    return AcquireReply::Held { token, count: 1 };
+                }
+                if defect == Some(Defect::RecordIgnoresHold) {
+                    return AcquireReply::Held { token, count: 1 };
+                }
+                self.records.retain(|r| r.req != a.req);
+            }
+            _ => {}
+        }
+        let mut head = None;
+        match self.lock {
+            Some(mut h) => {
+                if h.take == Some(a.req) {
+                    return AcquireReply::Held {
+                        token: h.token,
+                        count: 1,
+                    };
+                }
+                if h.owner == a.owner {
+                    h.count += 1;
+                    h.expires = h.expires.max(now + LEASE);
+                    self.lock = Some(h);
+                    if defect != Some(Defect::ReentryUnrecorded) {
+                        let value = Recorded::Entered {
+                            token: h.token,
+                            count: h.count,
+                        };
+                        set_record(&mut self.records, a.req, value, now + KEEP);
+                    }
+                    return AcquireReply::Held {
+                        token: h.token,
+                        count: h.count,
+                    };
+                }
+                if defect == Some(Defect::RefusalExtends) {
+                    h.expires = h.expires.max(now + LEASE);
+                    self.lock = Some(h);
+                }
+            }
+            None => {
+                self.queue.retain(|q| q.deadline > now);
+                head = self.queue.first().map(|q| q.owner);
+                if head.is_none() || head == Some(a.owner) || defect == Some(Defect::Barging) {
+                    if head.is_some_and(|o| o != a.owner) {
+                        self.barged = true;
+                    }
+                    let token = self.next_token(defect);
+                    self.lock = Some(Hold {
+                        owner: a.owner,
+                        count: 1,
+                        token,
+                        take: Some(a.req),
+                        expires: now + LEASE,
+                    });
+                    self.queue.retain(|q| q.owner != a.owner);
+                    return AcquireReply::Held { token, count: 1 };
+                }
+            }
+        }
+        if a.wait {
+            let deadline = now + WAITER;
+            match self.queue.iter_mut().find(|q| q.owner == a.owner) {
+                Some(q) => {
+                    q.deadline = deadline;
+                    q.req = a.req;
+                    q.attempt = a.attempt;
+                }
+                None => {
+                    self.queue.push(Queued {
+                        owner: a.owner,
+                        deadline,
+                        req: a.req,
+                        attempt: a.attempt,
+                    });
+                    head = head.or(Some(a.owner));
+                }
+            }
+            self.queue_expires = now + 2 * WAITER;
+        }
+        if let Some(h) = self.lock {
+            return AcquireReply::Refused { pttl: h.expires - now };
+        }
+        if let Some(o) = head.filter(|&o| o != a.owner) {
+            self.send(o, Msg::Wake);
+        }
+        AcquireReply::Behind
+    }
+
+    /// fair_release.lua for a caller that knows its token.
+    pub fn release(&mut self, owner: Owner, req: Req, token: u64, first: bool, defect: Option<Defect>) -> ReleaseReply {
+        let before = self.lock;
+        let reply = self.release_steps(owner, req, token, first, defect);
+        if let Some(b) = before {
+            if (b.owner != owner || b.token != token) && self.lock != before {
+                self.freed_another = true;
+            }
+        }
+        reply
+    }
+
+    fn release_steps(
+        &mut self,
+        owner: Owner,
+        req: Req,
+        token: u64,
+        first: bool,
+        defect: Option<Defect>,
+    ) -> ReleaseReply {
+        if !first {
+            if let Some(Recorded::Left(n)) = recorded(&self.records, req) {
+                return ReleaseReply::Left(n);
+            }
+        }
+        let Some(mut h) = self.lock.filter(|h| h.owner == owner) else {
+            return ReleaseReply::NotHeld;
+        };
+        if h.token != token && defect != Some(Defect::ReleaseIgnoresToken) {
+            return ReleaseReply::NotHeld;
+        }
+        if h.count > 1 {
+            h.count -= 1;
+            self.lock = Some(h);
+            set_record(&mut self.records, req, Recorded::Left(h.count), self.now + KEEP);
+            return ReleaseReply::Left(h.count);
+        }
+        self.lock = None;
+        self.grant_head(defect);
+        ReleaseReply::Left(0)
+    }
+
+    /// The unlock's hand-over: the live head gets the lock (every waiter
+    /// here asks for grants, as on one master).
+    fn grant_head(&mut self, defect: Option<Defect>) {
+        let now = self.now;
+        while self.queue.first().is_some_and(|q| q.deadline <= now) {
+            self.queue.remove(0);
+        }
+        let Some(q) = self.queue.first().copied() else { return };
+        let token = self.next_token(defect);
+        let ms = if defect == Some(Defect::GrantIgnoresDeadline) {
+            LEASE
+        } else {
+            LEASE.min(q.deadline - now)
+        };
+        self.queue.remove(0);
+        self.lock = Some(Hold {
+            owner: q.owner,
+            count: 1,
+            token,
+            take: None,
+            expires: now + ms,
+        });
+        if now + ms > q.deadline {
+            self.grant_past_deadline = true;
+        }
+        set_record(
+            &mut self.records,
+            q.req,
+            Recorded::Granted { token },
+            now + RECORD.max(ms),
+        );
+        self.send(
+            q.owner,
+            Msg::Grant {
+                token,
+                ms,
+                req: q.req,
+                attempt: q.attempt,
+            },
+        );
+    }
+
+    /// fair_leave.lua, with the wait's request: out of the queue, and a
+    /// grant it never learned of given back while it is the latest hold.
+    pub fn leave(&mut self, owner: Owner, req: Req, defect: Option<Defect>) {
+        let was_head = self.queue.first().is_some_and(|q| q.owner == owner);
+        self.queue.retain(|q| q.owner != owner);
+        let mut freed = false;
+        if let Some(Recorded::Granted { token }) = recorded(&self.records, req) {
+            let latest = self.counter.value == Some(token) || defect == Some(Defect::LeaveIgnoresCounter);
+            if let Some(mut h) = self.lock.filter(|h| h.owner == owner && latest) {
+                if h.token != token {
+                    self.freed_another = true;
+                }
+                let expires = self
+                    .records
+                    .iter()
+                    .find(|r| r.req == req)
+                    .map_or(self.now, |r| r.expires);
+                set_record(&mut self.records, req, Recorded::GaveBack, expires);
+                if h.count > 1 {
+                    h.count -= 1;
+                    self.lock = Some(h);
+                } else {
+                    self.lock = None;
+                    freed = true;
+                }
+            }
+        }
+        if (freed || was_head) && self.lock.is_none() {
+            if let Some(q) = self.queue.first().copied() {
+                self.send(q.owner, Msg::Wake);
+            }
+        }
+    }
+
+    /// renew.lua for a fair hold.
+    pub fn renew(&mut self, owner: Owner) -> bool {
+        match self.lock {
+            Some(mut h) if h.owner == owner => {
+                h.expires = h.expires.max(self.now + LEASE);
+                self.lock = Some(h);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub clients: usize,
+    pub acquires: u8,
+    pub calls: u8,
+    pub faults: u8,
+    pub depth: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    /// Its wait's latest attempt was refused: the wait's request, that
+    /// attempt's number and the tick it was sent at.
+    Waiting {
+        req: Req,
+        attempt: u8,
+        sent: i32,
+    },
+    Held {
+        token: u64,
+        count: u32,
+        valid_until: i32,
+    },
+    Lost {
+        token: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// An attempt of the wait whose request is `req`.
+    Attempt {
+        req: Req,
+        attempt: u8,
+    },
+    Reenter,
+    Release {
+        token: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    Acquire(AcquireReply),
+    Release(ReleaseReply),
+}
+
+pub type Call = net::Call<Op, Reply>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientState {
+    pub phase: Phase,
+    pub line: Line<Op, Reply>,
+    pub acquires_left: u8,
+    pub calls_left: u8,
+    pub levels_unknown: bool,
+    pub lost_release_not_refused: bool,
+    pub levels_disagree: bool,
+    /// The leave of a wait it stopped (the wait's request), on its way:
+    /// it runs later, or never.
+    pub leaving: Option<Req>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub server: Server,
+    pub clients: Vec<ClientState>,
+    pub faults_left: u8,
+    pub have_held: u8,
+    /// Ghost: a waiter took a grant's message for the lock.
+    pub granted_by_message: bool,
+    pub data_lost: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Start(usize, Op),
+    Net(usize, Net),
+    /// The message on client `c`'s wake channel reaches its sleeping wait,
+    /// or is lost.
+    Deliver(usize),
+    LoseMessage(usize),
+    /// A waiter stops waiting and sends its leave (fair_leave.lua), which
+    /// reaches the server later ([`Action::LeaveRuns`]).
+    Leave(usize),
+    LeaveRuns(usize),
+    /// A waiter stops waiting without a word (its leave lost).
+    Abandon(usize),
+    Renew(usize),
+    RenewUnheard(usize),
+    Tick,
+    Flush,
+    EvictCounter,
+}
+
+#[derive(Clone, Debug)]
+pub struct FairModel {
+    pub bounds: Bounds,
+    pub defect: Option<Defect>,
+}
+
+impl FairModel {
+    pub fn new(bounds: Bounds) -> FairModel {
+        FairModel { bounds, defect: None }
+    }
+
+    pub fn with_defect(bounds: Bounds, defect: Defect) -> FairModel {
+        FairModel {
+            bounds,
+            defect: Some(defect),
+        }
+    }
+
+    /// Clients that believe they hold with validity left (a client
+    /// releasing has left its critical section).
+    pub fn valid_holders(s: &State) -> usize {
+        s.clients
+            .iter()
+            .filter(|c| !c.line.calls(|op| matches!(op, Op::Release { .. })))
+            .filter(|c| matches!(c.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until))
+            .count()
+    }
+
+    fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
+        let owner = c as Owner;
+        match call.op {
+            Op::Attempt { req, attempt } => Reply::Acquire(s.server.acquire(
+                Acquire {
+                    owner,
+                    req,
+                    attempt,
+                    wait: true,
+                },
+                self.defect,
+            )),
+            Op::Reenter => Reply::Acquire(s.server.acquire(
+                Acquire {
+                    owner,
+                    req: call.req,
+                    attempt: 0,
+                    wait: false,
+                },
+                self.defect,
+            )),
+            Op::Release { token } => Reply::Release(s.server.release(owner, call.req, token, first, self.defect)),
+        }
+    }
+
+    fn hear(&self, s: &mut State, c: usize) {
+        let cl = &mut s.clients[c];
+        let Some((call, reply)) = cl.line.heard() else { return };
+        match (call.op, reply) {
+            (Op::Attempt { .. }, Reply::Acquire(AcquireReply::Held { token, count })) => {
+                if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+                    cl.phase = Phase::Held {
+                        token,
+                        count,
+                        valid_until: call.since + LEASE,
+                    };
+                    s.have_held |= 1 << c;
+                }
+            }
+            (Op::Attempt { req, attempt }, Reply::Acquire(_)) => {
+                if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+                    cl.phase = Phase::Waiting {
+                        req,
+                        attempt,
+                        sent: call.since,
+                    };
+                }
+            }
+            (Op::Reenter, Reply::Acquire(AcquireReply::Held { token, count })) => match cl.phase {
+                Phase::Held {
+                    token: t,
+                    count: was,
+                    valid_until,
+                } if t == token => {
+                    if count != was + 1 && !cl.levels_unknown {
+                        cl.levels_disagree = true;
+                    }
+                    cl.phase = Phase::Held {
+                        token,
+                        count,
+                        valid_until,
+                    };
+                }
+                _ => {
+                    cl.phase = Phase::Held {
+                        token,
+                        count,
+                        valid_until: call.since + LEASE,
+                    };
+                }
+            },
+            (Op::Reenter, Reply::Acquire(_)) => {
+                if let Phase::Held { token, .. } = cl.phase {
+                    cl.phase = Phase::Lost { token };
+                }
+            }
+            (Op::Release { .. }, Reply::Release(r)) => match cl.phase {
+                Phase::Lost { .. } => {
+                    if matches!(r, ReleaseReply::Left(_)) && !cl.levels_unknown {
+                        cl.lost_release_not_refused = true;
+                    }
+                    cl.phase = Phase::Idle;
+                    cl.levels_unknown = false;
+                }
+                Phase::Held {
+                    token,
+                    count,
+                    valid_until,
+                } => match r {
+                    ReleaseReply::Left(n) if n > 0 => {
+                        if n + 1 != count && !cl.levels_unknown {
+                            cl.levels_disagree = true;
+                        }
+                        cl.phase = Phase::Held {
+                            token,
+                            count: n,
+                            valid_until,
+                        };
+                    }
+                    ReleaseReply::Left(_) => {
+                        if count != 1 && !cl.levels_unknown {
+                            cl.levels_disagree = true;
+                        }
+                        cl.phase = Phase::Idle;
+                        cl.levels_unknown = false;
+                    }
+                    ReleaseReply::NotHeld => {
+                        cl.phase = Phase::Idle;
+                        cl.levels_unknown = false;
+                    }
+                },
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// The message on client `c`'s channel reaches its wait: a grant to
+    /// its request naming its latest attempt, with more than half of its
+    /// lease left when counted from that attempt's send, is the lock
+    /// (`wait::claim_grant`); anything else only wakes it.
+    fn deliver(&self, s: &mut State, c: usize) {
+        let now = s.server.now;
+        let Some(msg) = s.server.mail[c].take() else { return };
+        let Phase::Waiting { req, attempt, sent } = s.clients[c].phase else {
+            return;
+        };
+        if let Msg::Grant {
+            token,
+            ms,
+            req: r,
+            attempt: n,
+        } = msg
+        {
+            let named = n == attempt || self.defect == Some(Defect::ClaimIgnoresAttempt);
+            if r == req && named && 2 * (now - sent) < ms {
+                s.clients[c].phase = Phase::Held {
+                    token,
+                    count: 1,
+                    valid_until: sent + ms,
+                };
+                s.have_held |= 1 << c;
+                s.granted_by_message = true;
+            }
+        }
+    }
+
+    fn renew(&self, s: &mut State, c: usize, heard: bool) {
+        let now = s.server.now;
+        let Phase::Held {
+            token,
+            count,
+            valid_until,
+        } = s.clients[c].phase
+        else {
+            return;
+        };
+        let ok = s.server.renew(c as Owner);
+        if heard {
+            s.clients[c].phase = if ok {
+                Phase::Held {
+                    token,
+                    count,
+                    valid_until: valid_until.max(now + LEASE),
+                }
+            } else {
+                Phase::Lost { token }
+            };
+        }
+    }
+
+    fn client(&self) -> ClientState {
+        ClientState {
+            phase: Phase::Idle,
+            line: Line::default(),
+            acquires_left: self.bounds.acquires,
+            calls_left: self.bounds.calls,
+            levels_unknown: false,
+            lost_release_not_refused: false,
+            levels_disagree: false,
+            leaving: None,
+        }
+    }
+}
+
+/// The request id of client `c`'s call when it has `left` calls left.
+fn req_of(c: usize, calls: u8, left: u8) -> Req {
+    (c as Req) * 64 + Req::from(calls - left)
+}
+
+impl Model for FairModel {
+    type State = State;
+    type Action = Action;
+
+    /// Three starts: nothing held; client 0 holding with client 1 queued
+    /// behind it; and the lock just handed to client 1 by client 0's
+    /// unlock, its message on the way. The two later ones are reached
+    /// from the first by the model's own steps (six, then three more), and
+    /// given as starts so that the bound reaches further past them.
+    fn init_states(&self) -> Vec<State> {
+        let n = self.bounds.clients;
+        let empty = State {
+            server: Server::new(n),
+            clients: (0..n).map(|_| self.client()).collect(),
+            faults_left: self.bounds.faults,
+            have_held: 0,
+            granted_by_message: false,
+            data_lost: false,
+        };
+        let calls = self.bounds.calls;
+        let mut states = vec![empty.clone()];
+        if n < 2 || self.bounds.acquires == 0 || calls < 2 {
+            return states;
+        }
+        let run = |s: &State, steps: &[Action]| {
+            steps
+                .iter()
+                .try_fold(s.clone(), |s, &a| self.next_state(&s, a))
+                .expect("a start the model reaches")
+        };
+        let attempt = |c: usize| Op::Attempt {
+            req: req_of(c, calls, calls),
+            attempt: 1,
+        };
+        let busy = run(
+            &empty,
+            &[
+                Action::Start(0, attempt(0)),
+                Action::Net(0, Net::Run),
+                Action::Net(0, Net::Hear),
+                Action::Start(1, attempt(1)),
+                Action::Net(1, Net::Run),
+                Action::Net(1, Net::Hear),
+            ],
+        );
+        let Phase::Held { token, .. } = busy.clients[0].phase else {
+            return states;
+        };
+        let handed = run(
+            &busy,
+            &[
+                Action::Start(0, Op::Release { token }),
+                Action::Net(0, Net::Run),
+                Action::Net(0, Net::Hear),
+            ],
+        );
+        states.push(busy);
+        states.push(handed);
+        states
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let now = s.server.now;
+        let calls = self.bounds.calls;
+        for (c, cl) in s.clients.iter().enumerate() {
+            let idle_line = cl.line.call.is_none();
+            if cl.calls_left > 0 && idle_line {
+                match cl.phase {
+                    Phase::Idle if cl.acquires_left > 0 => actions.push(Action::Start(
+                        c,
+                        Op::Attempt {
+                            req: req_of(c, calls, cl.calls_left),
+                            attempt: 1,
+                        },
+                    )),
+                    Phase::Waiting { req, attempt, .. } => actions.push(Action::Start(
+                        c,
+                        Op::Attempt {
+                            req,
+                            attempt: attempt + 1,
+                        },
+                    )),
+                    Phase::Held { token, count, .. } => {
+                        if count < 2 {
+                            actions.push(Action::Start(c, Op::Reenter));
+                        }
+                        actions.push(Action::Start(c, Op::Release { token }));
+                    }
+                    Phase::Lost { token } => actions.push(Action::Start(c, Op::Release { token })),
+                    _ => {}
+                }
+            }
+            if idle_line && matches!(cl.phase, Phase::Waiting { .. }) {
+                if cl.leaving.is_none() {
+                    actions.push(Action::Leave(c));
+                }
+                actions.push(Action::Abandon(c));
+            }
+            if cl.leaving.is_some() {
+                actions.push(Action::LeaveRuns(c));
+            }
+            if s.server.mail[c].is_some() {
+                if idle_line {
+                    actions.push(Action::Deliver(c));
+                }
+                actions.push(Action::LoseMessage(c));
+            }
+            let releasing = cl.line.calls(|op| matches!(op, Op::Release { .. }));
+            if matches!(cl.phase, Phase::Held { .. }) && !releasing {
+                actions.push(Action::Renew(c));
+                actions.push(Action::RenewUnheard(c));
+            }
+            let mut net = Vec::new();
+            cl.line.offer(now, &mut net);
+            actions.extend(net.into_iter().map(|n| Action::Net(c, n)));
+        }
+        actions.push(Action::Tick);
+        if s.faults_left > 0 {
+            actions.push(Action::Flush);
+            if s.server.counter.value.is_some() {
+                actions.push(Action::EvictCounter);
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let now = s.server.now;
+        match action {
+            Action::Start(c, op) => {
+                let calls = self.bounds.calls;
+                let cl = &mut s.clients[c];
+                if matches!(op, Op::Attempt { attempt: 1, .. }) {
+                    cl.acquires_left -= 1;
+                }
+                let req = req_of(c, calls, cl.calls_left);
+                cl.calls_left -= 1;
+                cl.line.call = Some(Call::new(op, req, now));
+            }
+            Action::Net(c, Net::Run) => {
+                let (call, first) = s.clients[c].line.sent()?;
+                let reply = self.execute(&mut s, c, call, first);
+                s.clients[c].line.reply(reply);
+            }
+            Action::Net(c, Net::RunLate) => {
+                if let Some((call, first)) = s.clients[c].line.take_late() {
+                    let was = s.server.lock;
+                    self.execute(&mut s, c, call, first);
+                    if s.server.lock.map(|h| h.count) != was.map(|h| h.count) {
+                        s.clients[c].levels_unknown = true;
+                    }
+                }
+            }
+            Action::Net(c, Net::Hear) => self.hear(&mut s, c),
+            Action::Net(c, Net::GiveUp) => {
+                let cl = &mut s.clients[c];
+                let call = cl.line.give_up()?;
+                match call.op {
+                    // The wait ends with the error; its late attempt may
+                    // still queue it, or take the lock, for nobody.
+                    Op::Attempt { .. } => {
+                        if matches!(cl.phase, Phase::Waiting { .. }) {
+                            cl.phase = Phase::Idle;
+                        }
+                    }
+                    Op::Reenter => cl.levels_unknown = true,
+                    Op::Release { .. } => cl.phase = Phase::Idle,
+                }
+            }
+            Action::Net(c, step) => s.clients[c].line.carry(step),
+            Action::Deliver(c) => self.deliver(&mut s, c),
+            Action::LoseMessage(c) => s.server.mail[c] = None,
+            Action::Leave(c) => {
+                if let Phase::Waiting { req, .. } = s.clients[c].phase {
+                    s.clients[c].leaving = Some(req);
+                }
+                s.clients[c].phase = Phase::Idle;
+            }
+            Action::LeaveRuns(c) => {
+                let req = s.clients[c].leaving.take()?;
+                let was = s.server.lock;
+                s.server.leave(c as Owner, req, self.defect);
+                // The stopped wait's grant, which a later acquisition of
+                // the same owner entered (its reply counted that level
+                // too), is given back: the client counts its own guards,
+                // not the server's levels (`Holds::leave`).
+                if s.server.lock != was {
+                    s.clients[c].levels_unknown = true;
+                }
+            }
+            Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
+            Action::Renew(c) => self.renew(&mut s, c, true),
+            Action::RenewUnheard(c) => self.renew(&mut s, c, false),
+            Action::Tick => {
+                s.server.advance(1);
+                shift(&mut s);
+            }
+            Action::Flush => {
+                s.faults_left -= 1;
+                s.data_lost = true;
+                s.server.flush();
+            }
+            Action::EvictCounter => {
+                s.faults_left -= 1;
+                s.server.counter.value = None;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always("never two holders with validity left", |_, s| {
+                s.data_lost || FairModel::valid_holders(s) <= 1
+            }),
+            Property::<Self>::always("tokens only grow", |_, s| !s.server.counter.went_back),
+            Property::<Self>::always("a release never frees another's hold", |_, s| !s.server.freed_another),
+            Property::<Self>::always("no waiter's call moves a holder's lease", |_, s| {
+                !s.server.waiter_moved_lease
+            }),
+            Property::<Self>::always("a free lock goes to the head of the queue", |_, s| !s.server.barged),
+            Property::<Self>::always("a grant ends by its waiter's queue deadline", |_, s| {
+                !s.server.grant_past_deadline
+            }),
+            Property::<Self>::always("a replayed call is counted once", |_, s| {
+                s.clients.iter().all(|c| !c.levels_disagree)
+            }),
+            Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
+                s.clients.iter().all(|c| !c.lost_release_not_refused)
+            }),
+            Property::<Self>::sometimes("a waiter is handed the lock by a message", |_, s| s.granted_by_message),
+            Property::<Self>::sometimes("every client holds in turn", |m, s| {
+                u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+        ]
+    }
+}
+
+/// Times relative to now (see the reentrant model's `shift`).
+fn shift(s: &mut State) {
+    let n = s.server.now;
+    s.server.now = 0;
+    if let Some(h) = s.server.lock.as_mut() {
+        h.expires -= n;
+    }
+    for q in &mut s.server.queue {
+        q.deadline -= n;
+    }
+    s.server.queue_expires = (s.server.queue_expires - n).max(0);
+    for r in &mut s.server.records {
+        r.expires -= n;
+    }
+    for cl in &mut s.clients {
+        cl.line.shift(n);
+        match &mut cl.phase {
+            Phase::Held { valid_until, .. } => *valid_until = (*valid_until - n).max(0),
+            Phase::Waiting { sent, .. } => *sent = (*sent - n).max(-LEASE),
+            _ => {}
+        }
+    }
+}
