@@ -471,8 +471,7 @@ pub(crate) async fn wait<P: Policy>(
     // first attempt: any grant after that attempt then reaches it.
     let channel = policy.channel(t);
     let listened_early = matches!(channel, Channel::Open(_));
-    // First attempt without subscribing: the uncontended path is a single
-    // script call.
+    // First attempt without subscribing: the uncontended path is one call.
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
     let mut attempts = 1;

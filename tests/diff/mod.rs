@@ -19,11 +19,22 @@ pub const SLACK: i64 = 5_000;
 /// Runs `cases` (`LOCKWARDEN_DIFF_CASES`, else 300) random sequences of
 /// `step`s, each from a flushed server, through `apply`; a sequence that
 /// fails is shrunk to the shortest that still fails, and panics.
+#[allow(dead_code)]
 pub fn run_sequences<S: Strategy>(step: S, apply: impl Fn(&mut Resp, Vec<S::Value>) -> Result<(), TestCaseError>)
 where
     S::Value: std::fmt::Debug,
 {
-    let server = RedisServer::start();
+    run_sequences_on(&RedisServer::start(), step, apply)
+}
+
+/// [`run_sequences`] on `server`.
+pub fn run_sequences_on<S: Strategy>(
+    server: &RedisServer,
+    step: S,
+    apply: impl Fn(&mut Resp, Vec<S::Value>) -> Result<(), TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
     let redis = std::cell::RefCell::new(server.resp());
     let cases = std::env::var("LOCKWARDEN_DIFF_CASES")
         .ok()

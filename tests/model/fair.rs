@@ -113,6 +113,9 @@ pub struct Server {
     pub counter: Counter,
     pub records: Vec<Record>,
     pub mail: Vec<Option<Msg>>,
+    /// The messages the last script published, in order (for the
+    /// differential test; the checker empties it after each step).
+    pub sent: Vec<(Owner, Msg)>,
     /// Ghosts: a release changed a hold that was not the caller's; a
     /// caller that does not hold moved the lease; a free lock went to one
     /// that was not the queue's live head; a grant's lease outlived its
@@ -143,6 +146,7 @@ impl Server {
             counter: Counter::default(),
             records: Vec::new(),
             mail: vec![None; clients],
+            sent: Vec::new(),
             freed_another: false,
             waiter_moved_lease: false,
             barged: false,
@@ -170,6 +174,7 @@ impl Server {
     }
 
     fn send(&mut self, owner: Owner, msg: Msg) {
+        self.sent.push((owner, msg));
         let slot = &mut self.mail[owner as usize];
         // A plain wake-up does not replace a grant the waiter has yet to
         // read (the subscriber keeps the latest message that said more).
@@ -943,6 +948,7 @@ impl Model for FairModel {
                 s.server.counter.value = None;
             }
         }
+        s.server.sent.clear();
         Some(s)
     }
 
