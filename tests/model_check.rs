@@ -285,7 +285,7 @@ fn the_fair_lock_keeps_every_property_in_every_reachable_state() {
 }
 
 /// Each defect of the fair lock and the property that catches it.
-const FAIR_CAUGHT: [(FairDefect, &str); 9] = [
+const FAIR_CAUGHT: [(FairDefect, &str); 10] = [
     // The late grant message: claimed after a later attempt found the
     // grant's hold gone and another took the lock.
     (FairDefect::ClaimIgnoresAttempt, "never two holders with validity left"),
@@ -300,6 +300,10 @@ const FAIR_CAUGHT: [(FairDefect, &str); 9] = [
     (FairDefect::RefusalExtends, "no waiter's call moves a holder's lease"),
     (FairDefect::ReentryUnrecorded, "a replayed call is counted once"),
     (FairDefect::LeaveIgnoresCounter, "a release never frees another's hold"),
+    (
+        FairDefect::DeadlineAddsUp,
+        "the lock frees by its lease's end, a waiter's place by its deadline",
+    ),
 ];
 
 #[test]

@@ -99,6 +99,9 @@ pub enum Defect {
     /// Leaving gives back the waiter's grant without checking that it is
     /// still the latest hold (the counter).
     LeaveIgnoresCounter,
+    /// A refresh adds the waiter timeout to the deadline it had (a score
+    /// incremented, not set).
+    DeadlineAddsUp,
 }
 
 /// The fair lock's keys on one master, and the messages on their way to
@@ -271,7 +274,11 @@ impl Server {
             let deadline = now + WAITER;
             match self.queue.iter_mut().find(|q| q.owner == a.owner) {
                 Some(q) => {
-                    q.deadline = deadline;
+                    q.deadline = if defect == Some(Defect::DeadlineAddsUp) {
+                        q.deadline + WAITER
+                    } else {
+                        deadline
+                    };
                     q.req = a.req;
                     q.attempt = a.attempt;
                 }
@@ -966,6 +973,14 @@ impl Model for FairModel {
             Property::<Self>::always("a grant ends by its waiter's queue deadline", |_, s| {
                 !s.server.grant_past_deadline
             }),
+            Property::<Self>::always(
+                "the lock frees by its lease's end, a waiter's place by its deadline",
+                |_, s| {
+                    let now = s.server.now;
+                    s.server.lock.is_none_or(|h| h.expires <= now + LEASE)
+                        && s.server.queue.iter().all(|q| q.deadline <= now + WAITER)
+                },
+            ),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
                 s.clients.iter().all(|c| !c.levels_disagree)
             }),
