@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use model::fair::{Bounds as FairBounds, Defect as FairDefect, FairModel};
 use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
+use model::quorum::{Bounds as QuorumBounds, Defect as QuorumDefect, QuorumModel};
 use model::server::Defect;
 use model::shared_hash::Defect as FamilyDefect;
 use model::{Bounds, LockModel};
@@ -317,6 +318,73 @@ fn every_fair_property_finds_the_defect_it_is_there_for() {
         counterexample(
             &format!("{defect:?}"),
             FairModel::with_defect(bounds, defect),
+            bounds.depth,
+            property,
+        );
+    }
+}
+
+/// The quorum's bound: two clients over three masters, one restart.
+const QUORUM: QuorumBounds = QuorumBounds {
+    clients: 2,
+    acquires: 2,
+    restarts: 1,
+    depth: Some(9),
+};
+
+fn quorum_bounds() -> QuorumBounds {
+    let mut bounds = QUORUM;
+    if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
+        bounds.depth = bounds.depth.map(|d| d + 3);
+    }
+    if let Some(d) = std::env::var("LOCKWARDEN_MODEL_QUORUM_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+    {
+        bounds.depth = Some(d);
+    }
+    bounds
+}
+
+#[test]
+fn the_quorum_keeps_every_property_in_every_reachable_state() {
+    let bounds = quorum_bounds();
+    explore(&format!("QUORUM {bounds:?}"), QuorumModel::new(bounds), bounds.depth);
+}
+
+/// Each defect of the quorum, the depth its counterexample needs, and the
+/// property that catches it.
+const QUORUM_CAUGHT: [(QuorumDefect, usize, &str); 4] = [
+    // A master restarted empty that counts at once gives the name to a
+    // second client while the first still holds on the other two.
+    (QuorumDefect::NoRejoinDelay, 9, "never two holders with validity left"),
+    // Two ticks between a client's first and last part: its first part's
+    // lease ended before the validity it believes.
+    (
+        QuorumDefect::ValidityFromDecision,
+        10,
+        "never two holders with validity left",
+    ),
+    (
+        QuorumDefect::CountsUnanswered,
+        9,
+        "never two holders with validity left",
+    ),
+    (QuorumDefect::MajorityOfOne, 9, "never two holders with validity left"),
+];
+
+#[test]
+fn every_quorum_property_finds_the_defect_it_is_there_for() {
+    for (defect, depth, property) in QUORUM_CAUGHT {
+        // One attempt each is all a counterexample needs.
+        let bounds = QuorumBounds {
+            acquires: 1,
+            depth: Some(depth),
+            ..QUORUM
+        };
+        counterexample(
+            &format!("{defect:?}"),
+            QuorumModel::with_defect(bounds, defect),
             bounds.depth,
             property,
         );

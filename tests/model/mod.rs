@@ -24,6 +24,7 @@
 pub mod fair;
 pub mod family;
 pub mod net;
+pub mod quorum;
 pub mod server;
 pub mod shared_hash;
 

@@ -1,0 +1,399 @@
+//! The quorum's model: the reentrant lock over three independent masters
+//! (each [`super::server::Server`], the same scripts as one master's), and
+//! clients that ask every master, count the grants of the masters that
+//! count toward a majority, hold on a majority with their validity dated
+//! from the first send, give back what they got when there is none, renew
+//! on every master (a hold that no longer has a majority is lost) and
+//! release everywhere. A master restarts empty (no persistence) and then
+//! stays out of the majority for the rejoin delay, as `member.rs` keeps it
+//! out (the client learns of the restart from its broken connection and
+//! the master's uptime). Each request to a master runs and is answered,
+//! runs with its reply lost, or is lost; late requests and re-sends are
+//! the single master's model's.
+
+use stateright::{Model, Property};
+
+use super::server::{AcquireReply, Owner, ReleaseCall, Req, Server};
+use super::{KEEP, LEASE};
+
+pub const MASTERS: usize = 3;
+
+/// How long a restarted master stays out of the majority, in ticks: as
+/// long as the longest lease, so every hold it lost has ended elsewhere
+/// too (or been renewed on a majority that still has it).
+pub const REJOIN: i32 = LEASE;
+
+/// The majority of [`MASTERS`].
+pub const MAJORITY: usize = MASTERS / 2 + 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Defect {
+    /// A restarted master counts at once.
+    NoRejoinDelay,
+    /// The validity is dated from the decision, not from the first send.
+    ValidityFromDecision,
+    /// A part whose answer was lost is counted as granted.
+    CountsUnanswered,
+    /// One grant is taken for a majority.
+    MajorityOfOne,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Master {
+    pub server: Server,
+    /// The tick it counts toward a majority again (after a restart).
+    pub back_at: Option<i32>,
+}
+
+/// One master's part of an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// Sent, not yet answered.
+    Asked,
+    Granted(u64),
+    Refused,
+    /// No answer (the request or the reply was lost): it may hold.
+    Unanswered,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    Acquiring {
+        req: Req,
+        since: i32,
+        parts: [Part; MASTERS],
+    },
+    /// Held on a majority: each master's token (`None`: no part there).
+    Held {
+        tokens: [Option<u64>; MASTERS],
+        valid_until: i32,
+    },
+}
+
+/// How one master's part of an attempt goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    Heard,
+    ReplyLost,
+    RequestLost,
+}
+
+/// A client's steps: each master's part of its attempt (the first starts
+/// the attempt, the last decides it: held, or given back), its watchdog's
+/// renewal, its release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Ask(usize, usize, Answer),
+    Renew(usize),
+    Release(usize),
+    Tick,
+    Restart(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub phase: Phase,
+    pub acquires_left: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub now: i32,
+    pub masters: Vec<Master>,
+    pub clients: Vec<Client>,
+    pub restarts_left: u8,
+    pub have_held: u8,
+    /// Ghost: a client held across a master's restart.
+    pub held_through_restart: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub clients: usize,
+    pub acquires: u8,
+    pub restarts: u8,
+    pub depth: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub struct QuorumModel {
+    pub bounds: Bounds,
+    pub defect: Option<Defect>,
+}
+
+impl QuorumModel {
+    pub fn new(bounds: Bounds) -> QuorumModel {
+        QuorumModel { bounds, defect: None }
+    }
+
+    pub fn with_defect(bounds: Bounds, defect: Defect) -> QuorumModel {
+        QuorumModel {
+            bounds,
+            defect: Some(defect),
+        }
+    }
+
+    fn counts(&self, s: &State, m: usize) -> bool {
+        self.defect == Some(Defect::NoRejoinDelay) || s.masters[m].back_at.is_none_or(|t| s.now >= t)
+    }
+
+    fn majority(&self) -> usize {
+        if self.defect == Some(Defect::MajorityOfOne) {
+            1
+        } else {
+            MAJORITY
+        }
+    }
+
+    pub fn valid_holders(s: &State) -> usize {
+        s.clients
+            .iter()
+            .filter(|c| matches!(c.phase, Phase::Held { valid_until, .. } if s.now < valid_until))
+            .count()
+    }
+
+    /// The client's attempt is decided: held on a majority of counting
+    /// masters, else every part given back (a part without an answer by
+    /// its re-send, which finds the hold its request made).
+    fn decide(&self, s: &mut State, c: usize) {
+        let Phase::Acquiring { req, since, parts } = s.clients[c].phase else {
+            return;
+        };
+        let mut tokens = [None; MASTERS];
+        let mut granted = 0;
+        for (m, part) in parts.iter().enumerate() {
+            let held = match *part {
+                Part::Granted(t) => Some(t),
+                Part::Unanswered if self.defect == Some(Defect::CountsUnanswered) => Some(0),
+                _ => None,
+            };
+            if let Some(t) = held {
+                tokens[m] = Some(t);
+                if self.counts(s, m) {
+                    granted += 1;
+                }
+            }
+        }
+        if granted >= self.majority() {
+            let from = if self.defect == Some(Defect::ValidityFromDecision) {
+                s.now
+            } else {
+                since
+            };
+            s.clients[c].phase = Phase::Held {
+                tokens,
+                valid_until: from + LEASE,
+            };
+            s.have_held |= 1 << c;
+            return;
+        }
+        for (m, part) in parts.iter().enumerate() {
+            let server = &mut s.masters[m].server;
+            match *part {
+                Part::Granted(t) => {
+                    server.release(release_of(c, req, Some(t)), None);
+                }
+                Part::Unanswered => {
+                    if let super::server::Key::Hold(h) = server.lock {
+                        if h.owner == c as Owner && h.take == req {
+                            server.release(release_of(c, req, Some(h.token)), None);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        s.clients[c].phase = Phase::Idle;
+    }
+}
+
+fn release_of(c: usize, req: Req, token: Option<u64>) -> ReleaseCall {
+    ReleaseCall {
+        owner: c as Owner,
+        req: req + 1000,
+        token,
+        relet: 0,
+        keep: KEEP,
+        first: true,
+    }
+}
+
+impl Model for QuorumModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            masters: (0..MASTERS)
+                .map(|_| Master {
+                    server: Server::new(),
+                    back_at: None,
+                })
+                .collect(),
+            clients: (0..self.bounds.clients)
+                .map(|_| Client {
+                    phase: Phase::Idle,
+                    acquires_left: self.bounds.acquires,
+                })
+                .collect(),
+            restarts_left: self.bounds.restarts,
+            have_held: 0,
+            held_through_restart: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let answers = [Answer::Heard, Answer::ReplyLost, Answer::RequestLost];
+        for (c, cl) in s.clients.iter().enumerate() {
+            match cl.phase {
+                Phase::Idle if cl.acquires_left > 0 => {
+                    for m in 0..MASTERS {
+                        actions.extend(answers.map(|a| Action::Ask(c, m, a)));
+                    }
+                }
+                Phase::Acquiring { parts, .. } => {
+                    for (m, p) in parts.iter().enumerate() {
+                        if *p == Part::Asked {
+                            actions.extend(answers.map(|a| Action::Ask(c, m, a)));
+                        }
+                    }
+                }
+                Phase::Held { .. } => {
+                    actions.push(Action::Renew(c));
+                    actions.push(Action::Release(c));
+                }
+                _ => {}
+            }
+        }
+        actions.push(Action::Tick);
+        if s.restarts_left > 0 {
+            for m in 0..MASTERS {
+                actions.push(Action::Restart(m));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Ask(c, m, answer) => {
+                let cl = &mut s.clients[c];
+                if cl.phase == Phase::Idle {
+                    cl.acquires_left -= 1;
+                    let req = (c as Req) * 64 + Req::from(self.bounds.acquires - cl.acquires_left);
+                    cl.phase = Phase::Acquiring {
+                        req,
+                        since: s.now,
+                        parts: [Part::Asked; MASTERS],
+                    };
+                }
+                let Phase::Acquiring { req, since, mut parts } = s.clients[c].phase else {
+                    return None;
+                };
+                let part = if answer == Answer::RequestLost {
+                    Part::Unanswered
+                } else {
+                    let reply = s.masters[m].server.acquire(c as Owner, req, LEASE, KEEP, true, None);
+                    match (answer, reply) {
+                        (Answer::ReplyLost, _) => Part::Unanswered,
+                        (_, AcquireReply::Fresh(t) | AcquireReply::Held { token: t, .. }) => Part::Granted(t),
+                        _ => Part::Refused,
+                    }
+                };
+                parts[m] = part;
+                s.clients[c].phase = Phase::Acquiring { req, since, parts };
+                if !parts.contains(&Part::Asked) {
+                    self.decide(&mut s, c);
+                }
+            }
+            Action::Renew(c) => {
+                let Phase::Held { tokens, valid_until } = s.clients[c].phase else {
+                    return None;
+                };
+                let mut renewed = 0;
+                for m in 0..MASTERS {
+                    if s.masters[m].server.renew(c as Owner, LEASE, None) && self.counts(&s, m) {
+                        renewed += 1;
+                    }
+                }
+                s.clients[c].phase = if renewed >= self.majority() {
+                    Phase::Held {
+                        tokens,
+                        valid_until: valid_until.max(s.now + LEASE),
+                    }
+                } else {
+                    Phase::Idle
+                };
+            }
+            Action::Release(c) => {
+                let Phase::Held { tokens, .. } = s.clients[c].phase else {
+                    return None;
+                };
+                for (m, t) in tokens.iter().enumerate() {
+                    if let Some(t) = t {
+                        s.masters[m].server.release(release_of(c, 0, Some(*t)), None);
+                    }
+                }
+                s.clients[c].phase = Phase::Idle;
+            }
+            Action::Tick => {
+                s.now += 1;
+                for m in &mut s.masters {
+                    m.server.advance(1);
+                }
+                shift(&mut s);
+            }
+            Action::Restart(m) => {
+                s.restarts_left -= 1;
+                s.masters[m].server.flush();
+                s.masters[m].back_at = Some(s.now + REJOIN);
+                if Self::valid_holders(&s) > 0 {
+                    s.held_through_restart = true;
+                }
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always("never two holders with validity left", |_, s| {
+                QuorumModel::valid_holders(s) <= 1
+            }),
+            Property::<Self>::always("a release never frees another's hold", |_, s| {
+                s.masters.iter().all(|m| !m.server.freed_another)
+            }),
+            Property::<Self>::sometimes("every client holds in turn", |m, s| {
+                u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+            Property::<Self>::sometimes("a client holds across a master's restart", |_, s| {
+                s.held_through_restart
+            }),
+        ]
+    }
+}
+
+/// Times relative to now.
+fn shift(s: &mut State) {
+    let n = s.now;
+    s.now = 0;
+    for m in &mut s.masters {
+        m.server.now -= n;
+        if let super::server::Key::Hold(h) = &mut m.server.lock {
+            h.expires -= n;
+        }
+        for r in &mut m.server.records {
+            r.expires -= n;
+        }
+        m.back_at = m.back_at.map(|t| t - n).filter(|&t| t > 0);
+    }
+    for c in &mut s.clients {
+        match &mut c.phase {
+            Phase::Acquiring { since, .. } => *since = (*since - n).max(-LEASE),
+            Phase::Held { valid_until, .. } => *valid_until = (*valid_until - n).max(0),
+            Phase::Idle => {}
+        }
+    }
+}
