@@ -286,7 +286,7 @@ fn the_fair_lock_keeps_every_property_in_every_reachable_state() {
 }
 
 /// Each defect of the fair lock and the property that catches it.
-const FAIR_CAUGHT: [(FairDefect, &str); 10] = [
+const FAIR_CAUGHT: [(FairDefect, &str); 11] = [
     // The late grant message: claimed after a later attempt found the
     // grant's hold gone and another took the lock.
     (FairDefect::ClaimIgnoresAttempt, "never two holders with validity left"),
@@ -304,6 +304,10 @@ const FAIR_CAUGHT: [(FairDefect, &str); 10] = [
     (
         FairDefect::DeadlineAddsUp,
         "the lock frees by its lease's end, a waiter's place by its deadline",
+    ),
+    (
+        FairDefect::NoEviction,
+        "a waiter owed the lock gets it by its next attempt",
     ),
 ];
 

@@ -102,6 +102,9 @@ pub enum Defect {
     /// A refresh adds the waiter timeout to the deadline it had (a score
     /// incremented, not set).
     DeadlineAddsUp,
+    /// An attempt on a free lock does not evict waiters whose deadline
+    /// passed before it looks for the head.
+    NoEviction,
 }
 
 /// The fair lock's keys on one master, and the messages on their way to
@@ -251,7 +254,9 @@ impl Server {
                 }
             }
             None => {
-                self.queue.retain(|q| q.deadline > now);
+                if defect != Some(Defect::NoEviction) {
+                    self.queue.retain(|q| q.deadline > now);
+                }
                 head = self.queue.first().map(|q| q.owner);
                 if head.is_none() || head == Some(a.owner) || defect == Some(Defect::Barging) {
                     if head.is_some_and(|o| o != a.owner) {
@@ -729,6 +734,45 @@ impl FairModel {
         }
     }
 
+    /// Whether every waiter that is owed the lock gets it by its own next
+    /// attempt (three steps of its own, nobody else acting): a waiter at
+    /// the head of the live queue of a free lock, and one an unlock handed
+    /// the lock to (its message lost, or yet to come). With the waiters'
+    /// refresh (an attempt every third of the waiter timeout), this bounds
+    /// how long a free lock with a live waiter stays free, and how long a
+    /// lost message delays.
+    fn owed_lock_by_next_attempt(&self, s: &State) -> bool {
+        let now = s.server.now;
+        let head = s.server.queue.iter().find(|q| q.deadline > now).map(|q| q.owner);
+        s.clients.iter().enumerate().all(|(c, cl)| {
+            let Phase::Waiting { req, attempt, .. } = cl.phase else {
+                return true;
+            };
+            if cl.line.call.is_some() || cl.calls_left == 0 {
+                return true;
+            }
+            let free_head = s.server.lock.is_none() && head == Some(c as Owner);
+            let granted = s.server.lock.is_some_and(|h| {
+                h.owner == c as Owner && recorded(&s.server.records, req) == Some(Recorded::Granted { token: h.token })
+            });
+            if !free_head && !granted {
+                return true;
+            }
+            let next = Op::Attempt {
+                req,
+                attempt: attempt + 1,
+            };
+            [
+                Action::Start(c, next),
+                Action::Net(c, Net::Run),
+                Action::Net(c, Net::Hear),
+            ]
+            .iter()
+            .try_fold(s.clone(), |t, &a| self.next_state(&t, a))
+            .is_some_and(|t| matches!(t.clients[c].phase, Phase::Held { .. }))
+        })
+    }
+
     fn client(&self) -> ClientState {
         ClientState {
             phase: Phase::Idle,
@@ -981,6 +1025,9 @@ impl Model for FairModel {
                         && s.server.queue.iter().all(|q| q.deadline <= now + WAITER)
                 },
             ),
+            Property::<Self>::always("a waiter owed the lock gets it by its next attempt", |m, s| {
+                m.owed_lock_by_next_attempt(s)
+            }),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
                 s.clients.iter().all(|c| !c.levels_disagree)
             }),
