@@ -301,12 +301,7 @@ impl Run<'_> {
             }
             Key::Hold(h) => {
                 want_keys.push(LOCK.to_string());
-                let mut fields = self.redis.cmd(&["HGETALL", LOCK]).strings();
-                let mut pairs: Vec<(String, String)> = fields
-                    .chunks_mut(2)
-                    .map(|p| (std::mem::take(&mut p[0]), std::mem::take(&mut p[1])))
-                    .collect();
-                pairs.sort();
+                let pairs = diff::hash_fields(self.redis, LOCK);
                 let mut want = vec![
                     (owner(h.owner), h.count.to_string()),
                     (":kind".to_string(), "reentrant".to_string()),

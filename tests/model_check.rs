@@ -179,18 +179,24 @@ const MIXED: FamilyBounds = FamilyBounds {
     depth: Some(13),
 };
 
-/// The longer run's depths (`LOCKWARDEN_MODEL_LONG=1`): three more for
-/// each.
-fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
-    if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
-        bounds.depth = bounds.depth.map(|d| d + 3);
-    }
+/// The depth of bound `name` whose test-command depth is `depth`: three
+/// more in the longer run (`LOCKWARDEN_MODEL_LONG=1`), or
+/// `LOCKWARDEN_MODEL_<name>_DEPTH`.
+fn depth(name: &str, depth: Option<usize>) -> Option<usize> {
     if let Some(d) = std::env::var(format!("LOCKWARDEN_MODEL_{name}_DEPTH"))
         .ok()
         .and_then(|d| d.parse().ok())
     {
-        bounds.depth = Some(d);
+        return Some(d);
     }
+    if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
+        return depth.map(|d| d + 3);
+    }
+    depth
+}
+
+fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
+    bounds.depth = depth(name, bounds.depth);
     bounds
 }
 
@@ -266,17 +272,10 @@ const FAIR: FairBounds = FairBounds {
 };
 
 fn fair_bounds() -> FairBounds {
-    let mut bounds = FAIR;
-    if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
-        bounds.depth = bounds.depth.map(|d| d + 3);
+    FairBounds {
+        depth: depth("FAIR", FAIR.depth),
+        ..FAIR
     }
-    if let Some(d) = std::env::var("LOCKWARDEN_MODEL_FAIR_DEPTH")
-        .ok()
-        .and_then(|d| d.parse().ok())
-    {
-        bounds.depth = Some(d);
-    }
-    bounds
 }
 
 #[test]
@@ -337,17 +336,10 @@ const QUORUM: QuorumBounds = QuorumBounds {
 };
 
 fn quorum_bounds() -> QuorumBounds {
-    let mut bounds = QUORUM;
-    if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
-        bounds.depth = bounds.depth.map(|d| d + 3);
+    QuorumBounds {
+        depth: depth("QUORUM", QUORUM.depth),
+        ..QUORUM
     }
-    if let Some(d) = std::env::var("LOCKWARDEN_MODEL_QUORUM_DEPTH")
-        .ok()
-        .and_then(|d| d.parse().ok())
-    {
-        bounds.depth = Some(d);
-    }
-    bounds
 }
 
 #[test]

@@ -177,6 +177,18 @@ pub fn check_ttl(redis: &mut Resp, key: &str, left: i32) -> Result<(), TestCaseE
     Ok(())
 }
 
+/// The fields of the hash `key`, sorted.
+#[allow(dead_code)]
+pub fn hash_fields(redis: &mut Resp, key: &str) -> Vec<(String, String)> {
+    let mut fields = redis.cmd(&["HGETALL", key]).strings();
+    let mut pairs: Vec<(String, String)> = fields
+        .chunks_mut(2)
+        .map(|p| (std::mem::take(&mut p[0]), std::mem::take(&mut p[1])))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
 /// The server has exactly the keys `want`.
 pub fn check_key_set(redis: &mut Resp, mut want: Vec<String>) -> Result<(), TestCaseError> {
     want.sort();
