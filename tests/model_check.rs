@@ -179,10 +179,10 @@ const MIXED: FamilyBounds = FamilyBounds {
     depth: Some(13),
 };
 
-/// The depth of bound `name` whose test-command depth is `depth`: three
+/// The depth of bound `name` whose test-command depth is `depth`: `long`
 /// more in the longer run (`LOCKWARDEN_MODEL_LONG=1`), or
 /// `LOCKWARDEN_MODEL_<name>_DEPTH`.
-fn depth(name: &str, depth: Option<usize>) -> Option<usize> {
+fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
     if let Some(d) = std::env::var(format!("LOCKWARDEN_MODEL_{name}_DEPTH"))
         .ok()
         .and_then(|d| d.parse().ok())
@@ -190,13 +190,13 @@ fn depth(name: &str, depth: Option<usize>) -> Option<usize> {
         return Some(d);
     }
     if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
-        return depth.map(|d| d + 3);
+        return depth.map(|d| d + long);
     }
     depth
 }
 
 fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
-    bounds.depth = depth(name, bounds.depth);
+    bounds.depth = depth(name, bounds.depth, 3);
     bounds
 }
 
@@ -273,7 +273,7 @@ const FAIR: FairBounds = FairBounds {
 
 fn fair_bounds() -> FairBounds {
     FairBounds {
-        depth: depth("FAIR", FAIR.depth),
+        depth: depth("FAIR", FAIR.depth, 3),
         ..FAIR
     }
 }
@@ -337,7 +337,8 @@ const QUORUM: QuorumBounds = QuorumBounds {
 
 fn quorum_bounds() -> QuorumBounds {
     QuorumBounds {
-        depth: depth("QUORUM", QUORUM.depth),
+        // Two more in the longer run: three would take some 40 GB.
+        depth: depth("QUORUM", QUORUM.depth, 2),
         ..QUORUM
     }
 }

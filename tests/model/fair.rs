@@ -458,9 +458,12 @@ pub enum Phase {
         attempt: u8,
         sent: i32,
     },
+    /// Held: `count` guards (its own acquisitions), the server's levels
+    /// as its last reply said them.
     Held {
         token: u64,
         count: u32,
+        levels: u32,
         valid_until: i32,
     },
     Lost {
@@ -594,9 +597,14 @@ impl FairModel {
         match (call.op, reply) {
             (Op::Attempt { .. }, Reply::Acquire(AcquireReply::Held { token, count })) => {
                 if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+                    // One guard, whatever the levels: a count above 1 is a
+                    // grant of its own earlier wait, unheard, that this
+                    // attempt entered (that wait's leave gives its level
+                    // back).
                     cl.phase = Phase::Held {
                         token,
-                        count,
+                        count: 1,
+                        levels: count,
                         valid_until: call.since + LEASE,
                     };
                     s.have_held |= 1 << c;
@@ -611,25 +619,28 @@ impl FairModel {
                     };
                 }
             }
-            (Op::Reenter, Reply::Acquire(AcquireReply::Held { token, count })) => match cl.phase {
+            (Op::Reenter, Reply::Acquire(AcquireReply::Held { token, count: levels })) => match cl.phase {
                 Phase::Held {
                     token: t,
-                    count: was,
+                    count,
+                    levels: was,
                     valid_until,
                 } if t == token => {
-                    if count != was + 1 && !cl.levels_unknown {
+                    if levels != was + 1 && !cl.levels_unknown {
                         cl.levels_disagree = true;
                     }
                     cl.phase = Phase::Held {
                         token,
-                        count,
+                        count: count + 1,
+                        levels,
                         valid_until,
                     };
                 }
                 _ => {
                     cl.phase = Phase::Held {
                         token,
-                        count,
+                        count: 1,
+                        levels,
                         valid_until: call.since + LEASE,
                     };
                 }
@@ -647,27 +658,32 @@ impl FairModel {
                     cl.phase = Phase::Idle;
                     cl.levels_unknown = false;
                 }
+                // The client counts its guards (`Holds::leave`): its last
+                // one's release ends its hold, whatever levels the server
+                // still counts.
                 Phase::Held {
                     token,
                     count,
+                    levels,
                     valid_until,
                 } => match r {
-                    ReleaseReply::Left(n) if n > 0 => {
-                        if n + 1 != count && !cl.levels_unknown {
+                    ReleaseReply::Left(n) => {
+                        if n + 1 != levels && !cl.levels_unknown {
                             cl.levels_disagree = true;
                         }
-                        cl.phase = Phase::Held {
-                            token,
-                            count: n,
-                            valid_until,
+                        cl.phase = if count > 1 && n > 0 {
+                            Phase::Held {
+                                token,
+                                count: count - 1,
+                                levels: n,
+                                valid_until,
+                            }
+                        } else if count > 1 {
+                            Phase::Lost { token }
+                        } else {
+                            cl.levels_unknown = false;
+                            Phase::Idle
                         };
-                    }
-                    ReleaseReply::Left(_) => {
-                        if count != 1 && !cl.levels_unknown {
-                            cl.levels_disagree = true;
-                        }
-                        cl.phase = Phase::Idle;
-                        cl.levels_unknown = false;
                     }
                     ReleaseReply::NotHeld => {
                         cl.phase = Phase::Idle;
@@ -702,6 +718,7 @@ impl FairModel {
                 s.clients[c].phase = Phase::Held {
                     token,
                     count: 1,
+                    levels: 1,
                     valid_until: sent + ms,
                 };
                 s.have_held |= 1 << c;
@@ -715,6 +732,7 @@ impl FairModel {
         let Phase::Held {
             token,
             count,
+            levels,
             valid_until,
         } = s.clients[c].phase
         else {
@@ -726,6 +744,7 @@ impl FairModel {
                 Phase::Held {
                     token,
                     count,
+                    levels,
                     valid_until: valid_until.max(now + LEASE),
                 }
             } else {
