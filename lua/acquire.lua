@@ -31,7 +31,8 @@
 --          a direct grant to this wait (see below); left out when it does
 --          not ask for one
 -- ARGV[8]  with ARGV[7]: the waiter's number for this attempt, kept in the
---          ask and named back by a grant's message (shared_wake.lua)
+--          ask and named back by a grant's message (shared_wake.lua); left
+--          out, the ask has none (as an older client's)
 -- KEYS[5]  the waiters' grant asks (hash: client id -> "<ms> <record key>
 --          <attempt> <owner field>"); given with ARGV[7], or to take the
 --          client's ask back
@@ -149,7 +150,8 @@ if not got[1] then
     -- server) leaves the waiter to be woken rather than handed the lock.
     if KEYS[5] and place then
       if ARGV[7] and (waiting == '1' or waiting == '3') then
-        local n = redis.pcall('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. ARGV[8] .. ' ' .. ARGV[1])
+        local attempt = ARGV[8] and (ARGV[8] .. ' ') or ''
+        local n = redis.pcall('HSET', KEYS[5], ARGV[6], ARGV[7] .. ' ' .. KEYS[3] .. ' ' .. attempt .. ARGV[1])
         if type(n) == 'number' then
           redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl + 1000))
         end

@@ -19,16 +19,17 @@
 --     Direct grants: with `grant` = {h, a, c} (the KEYS indexes of the free
 --     lock hash, the asks hash and the fencing counter), a client that left
 --     an ask ("<ms> <record key> <attempt> <owner field>", acquire.lua; an
---     older client's has no attempt) is handed the
---     lock instead of woken: a fresh hold of that owner exactly as a take by
---     its waiting request would make it (next token, count 1, ':take' = the
---     request's record key, so the request's next attempt finds it as its
---     own), with a first lease of <ms> (the waiter's own lease follows when
---     it learns of the grant), and the message "g <token> <ms> <record
---     key> <attempt>" (the waiter's number for the attempt that left the
---     ask: the grant came after that attempt ran). A grant nobody heard (PUBLISH counted 0: the client is gone)
---     is undone at once and the next client is tried. A refused PUBLISH
---     leaves the grant standing: the waiter finds it at its next attempt.
+--     older client's has no attempt) is handed the lock instead of woken: a
+--     fresh hold of that owner exactly as a take by its waiting request
+--     would make it (next token, count 1, ':take' = the request's record
+--     key, so the request's next attempt finds it as its own), with a first
+--     lease of <ms> (the waiter's own lease follows when it learns of the
+--     grant), and the message "g <token> <ms> <record key> <attempt>" (the
+--     waiter's number for the attempt that left the ask: the grant came
+--     after that attempt ran). A grant nobody heard (PUBLISH counted 0: the
+--     client is gone) is undone at once and the next client is tried. A
+--     refused PUBLISH leaves the grant standing: the waiter finds it at its
+--     next attempt.
 
 local function wake_next(l, prefix, publish, msg, grant)
   for _ = 1, 16 do

@@ -184,14 +184,7 @@ impl Policy for FairWait<'_> {
             // this one.
             return Wake::Stale;
         }
-        if n != Some(m.attempt) {
-            // Made before the wait's latest attempt ran (see `claim_grant`):
-            // that attempt may have found the grant's hold gone, so the
-            // message is no proof of a hold. An attempt finds a grant still
-            // standing in the record.
-            return Wake::Attempt;
-        }
-        match crate::wait::claim_grant(self.t, m.pin, m.lease, token, ms, m.sent_at) {
+        match crate::wait::claim_grant(self.t, &m, token, ms, n) {
             Some(guard) => {
                 self.queued.disarm(); // the grant removed us from the queue
                 Wake::Granted(guard)

@@ -373,14 +373,12 @@ impl Policy for WakeOne {
     fn on_wake(&mut self, m: Message<'_>) -> Wake {
         let grant = m.payload.as_deref().and_then(parse_grant);
         if let (Some((token, ms, rec, n)), Some(id)) = (grant, &self.request) {
-            // A grant to an earlier attempt of this wait is the next
-            // attempt's to find (see `claim_grant`).
-            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) && n == Some(m.attempt) {
+            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) {
                 let t = Target {
                     core: &self.core,
                     keys: &self.keys,
                 };
-                if let Some(guard) = claim_grant(t, m.pin, m.lease, token, ms, m.sent_at) {
+                if let Some(guard) = claim_grant(t, &m, token, ms, n) {
                     self.pass_on.disarm();
                     return Wake::Granted(guard);
                 }
@@ -777,26 +775,24 @@ pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str, Option<u64>)> {
 
 /// The guard for a direct grant of `token` with a lease of `ms` to a
 /// wait's request (see `parse_grant`; the reentrant lock's grants too),
-/// whose message names the wait's latest attempt, sent at `sent_at`. The
-/// grant answered that attempt's ask, so it was made after the attempt
-/// ran, and its lease is counted from the send. (A message naming an
-/// earlier attempt may have been on its way while a later attempt found
-/// the grant's hold already gone: the waiter's next attempt finds a grant
-/// still standing in its record.) `None` also when half of it
+/// when the message names (`n`) the wait's latest attempt, `m.attempt`,
+/// sent at `m.sent_at`. The grant answered that attempt's ask, so it was
+/// made after the attempt ran, and its lease is counted from the send.
+/// `None` for a message naming an earlier attempt (or none: an older
+/// script's): it may have been on its way while a later attempt found the
+/// grant's hold already gone, and the waiter's next attempt finds a grant
+/// still standing in its record. `None` also when half of it
 /// would be gone by that count. A grant's first lease is short (a fair
 /// waiter's queue deadline, a reentrant waiter's grant lease), so a
 /// grantee that stopped blocks the lock no longer than that; a third of
 /// the way into it, a hold still held gets its own lease (as a renewal
 /// would, see `crate::extend`).
 /// Short holds never need that call.
-pub(crate) fn claim_grant(
-    t: Target<'_>,
-    pin: &OwnerPin,
-    lease: Lease,
-    token: u64,
-    ms: u64,
-    sent_at: Instant,
-) -> Option<LockGuard> {
+pub(crate) fn claim_grant(t: Target<'_>, m: &Message<'_>, token: u64, ms: u64, n: Option<u64>) -> Option<LockGuard> {
+    if n != Some(m.attempt) {
+        return None;
+    }
+    let (pin, lease, sent_at) = (m.pin, m.lease, m.sent_at);
     let granted = Duration::from_millis(ms);
     if Instant::now() >= sent_at + granted / 2 {
         // The waiter slept long since its last attempt (or the lease is
