@@ -20,6 +20,7 @@ use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
 use model::quorum::{Bounds as QuorumBounds, Defect as QuorumDefect, QuorumModel};
 use model::server::Defect;
 use model::shared_hash::Defect as FamilyDefect;
+use model::wake::{Bounds as WakeBounds, Defect as WakeDefect, WakeModel};
 use model::{Bounds, LockModel};
 use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model};
 
@@ -382,6 +383,68 @@ fn every_quorum_property_finds_the_defect_it_is_there_for() {
         counterexample(
             &format!("{defect:?}"),
             QuorumModel::with_defect(bounds, defect),
+            bounds.depth,
+            property,
+        );
+    }
+}
+
+/// The reentrant lock's waits: two clients, each waiting for the lock
+/// twice.
+const WAKE: WakeBounds = WakeBounds {
+    clients: 2,
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    depth: Some(12),
+};
+
+fn wake_bounds() -> WakeBounds {
+    WakeBounds {
+        depth: depth("WAKE", WAKE.depth, 3),
+        ..WAKE
+    }
+}
+
+#[test]
+fn the_reentrant_locks_waits_keep_every_property_in_every_reachable_state() {
+    let bounds = wake_bounds();
+    explore(&format!("WAKE {bounds:?}"), WakeModel::new(bounds), bounds.depth);
+}
+
+/// Each defect of the reentrant lock's waits and the property that
+/// catches it.
+const WAKE_CAUGHT: [(WakeDefect, &str); 8] = [
+    (WakeDefect::ClaimIgnoresAttempt, "never two holders with validity left"),
+    (
+        WakeDefect::LeaveIgnoresTake,
+        "a release or a leave never frees another's hold",
+    ),
+    (WakeDefect::RefusalForgetsMark, "no wake-up is lost"),
+    (
+        WakeDefect::GrantMisreadsAsk,
+        "a waiter handed the lock gets it by its next attempt",
+    ),
+    (WakeDefect::RefusalExtends, "no waiter's call moves a holder's lease"),
+    (
+        WakeDefect::ReleaseIgnoresToken,
+        "a release or a leave never frees another's hold",
+    ),
+    (WakeDefect::CounterRestartsAtOne, "tokens only grow"),
+    (WakeDefect::ReentryUnrecorded, "a replayed call is counted once"),
+];
+
+#[test]
+fn every_wait_property_finds_the_defect_it_is_there_for() {
+    let bounds = wake_bounds();
+    let only = std::env::var("LOCKWARDEN_MODEL_DEFECT").ok();
+    for (defect, property) in WAKE_CAUGHT {
+        if only.as_deref().is_some_and(|o| o != format!("{defect:?}")) {
+            continue;
+        }
+        counterexample(
+            &format!("{defect:?}"),
+            WakeModel::with_defect(bounds, defect),
             bounds.depth,
             property,
         );

@@ -27,6 +27,7 @@ pub mod net;
 pub mod quorum;
 pub mod server;
 pub mod shared_hash;
+pub mod wake;
 
 use net::{Line, Net};
 use server::{AcquireReply, Defect, Key, Owner, ReleaseCall, ReleaseReply, Req, Server};
