@@ -200,7 +200,18 @@ impl Run<'_> {
                     args.extend([who.as_str(), &lease, &keep, first]);
                 } else {
                     args[2] = "5";
-                    args.extend([WAITERS, ASKS, who.as_str(), &lease, &keep, first, mode_arg, &id, &grant, &n]);
+                    args.extend([
+                        WAITERS,
+                        ASKS,
+                        who.as_str(),
+                        &lease,
+                        &keep,
+                        first,
+                        mode_arg,
+                        &id,
+                        &grant,
+                        &n,
+                    ]);
                 }
                 let got = self.redis.cmd(&args);
                 self.learn_lock()?;
@@ -247,7 +258,18 @@ impl Run<'_> {
                 let stopped = which.filter(|_| !mine.is_empty()).map(|i| mine[i % mine.len()]);
                 self.model.leave(o, stopped, None);
                 let (rec, who, id) = (stopped.map(record).unwrap_or_default(), owner(o), client(o));
-                let mut args = vec!["EVAL", WAKE_NEXT, "4", LOCK, WAITERS, ASKS, COUNTER, "0", WAKE_PREFIX, "PUBLISH"];
+                let mut args = vec![
+                    "EVAL",
+                    WAKE_NEXT,
+                    "4",
+                    LOCK,
+                    WAITERS,
+                    ASKS,
+                    COUNTER,
+                    "0",
+                    WAKE_PREFIX,
+                    "PUBLISH",
+                ];
                 if stopped.is_some() {
                     args.extend([rec.as_str(), &who, &id]);
                 }

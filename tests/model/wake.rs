@@ -405,7 +405,11 @@ impl Server {
     fn wake_next(&mut self, defect: Option<Defect>) -> bool {
         while !self.waiters.is_empty() {
             let id = self.waiters.remove(0);
-            let ask = self.asks.iter().position(|k| k.client == id).map(|i| self.asks.remove(i));
+            let ask = self
+                .asks
+                .iter()
+                .position(|k| k.client == id)
+                .map(|i| self.asks.remove(i));
             match ask {
                 Some(k) => {
                     let token = self.next_token(defect);
@@ -687,19 +691,12 @@ impl WakeModel {
                     }
                 }
             },
-            (Op::Reenter, Reply::Acquire(AcquireReply::Held { token: t, count }), Phase::Held { token, .. })
-                if t != token =>
-            {
+            (
+                Op::Reenter,
+                Reply::Acquire(AcquireReply::Fresh(t) | AcquireReply::Held { token: t, .. }),
+                Phase::Held { token, .. },
+            ) if t != token => {
                 // The hold was gone and the re-entry took a new one.
-                let _ = count;
-                cl.phase = Phase::Held {
-                    token: t,
-                    count: 1,
-                    levels: 1,
-                    valid_until: call.since + LEASE,
-                };
-            }
-            (Op::Reenter, Reply::Acquire(AcquireReply::Fresh(t)), Phase::Held { .. }) => {
                 cl.phase = Phase::Held {
                     token: t,
                     count: 1,
@@ -893,7 +890,9 @@ impl WakeModel {
             if !s.server.lock.is_some_and(|h| s.server.grants.contains(&(req, h.token))) {
                 return true;
             }
-            let Some(next) = self.next_attempt(s, c) else { return true };
+            let Some(next) = self.next_attempt(s, c) else {
+                return true;
+            };
             [
                 Action::Start(c, next),
                 Action::Net(c, Net::Run),
@@ -1057,7 +1056,10 @@ impl Model for WakeModel {
                 let cl = &mut s.clients[c];
                 let req = req_of(c, calls, cl.calls_left);
                 cl.calls_left -= 1;
-                if let Op::Attempt { req: r, attempt, mode, .. } = op {
+                if let Op::Attempt {
+                    req: r, attempt, mode, ..
+                } = op
+                {
                     if attempt == 1 {
                         cl.acquires_left -= 1;
                     }
