@@ -215,7 +215,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 8] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 9] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -239,6 +239,12 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 8] = [
         "no script writes a key that is not a hold",
     ),
     (FamilyDefect::SemaphoreIgnoresKind, MIXED, EXCLUSION),
+    // A dead writer keeps a waiting reader out past its lease.
+    (
+        FamilyDefect::NoPruning,
+        RW,
+        "a waiter nothing stands against gets the name by its next attempt",
+    ),
     // A task's read release given up on, arriving after the task took the
     // read side again, frees that newer hold (and another holder enters
     // while the reader believes it holds).
@@ -399,8 +405,15 @@ const WAKE: WakeBounds = WakeBounds {
     depth: Some(10),
 };
 
+/// The waits' bound, its depth as `depth` says; three clients with
+/// `LOCKWARDEN_MODEL_WAKE_CLIENTS=3`.
 fn wake_bounds() -> WakeBounds {
+    let clients = std::env::var("LOCKWARDEN_MODEL_WAKE_CLIENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(WAKE.clients);
     WakeBounds {
+        clients,
         depth: depth("WAKE", WAKE.depth, 3),
         ..WAKE
     }

@@ -14,7 +14,7 @@ use stateright::{Model, Property};
 use super::net::{self, Line, Net};
 use super::server::{Owner, Req};
 use super::shared_hash::{
-    AcquireReply, Defect, Field, Holding, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
+    AcquireReply, Defect, Field, Holding, Kind, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
 };
 use super::{KEEP, LEASE};
 
@@ -591,10 +591,61 @@ impl Model for FamilyModel {
                     _ => true,
                 }
             }),
+            Property::<Self>::always(
+                "a waiter nothing stands against gets the name by its next attempt",
+                |m, s| m.unopposed_waiters_get_in(s),
+            ),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
             }),
         ]
+    }
+}
+
+impl FamilyModel {
+    /// Whether every waiting client whose acquisition nothing on the
+    /// server stands against (no live hold, no other waiting writer's mark, the
+    /// name of its kind or absent, and for a semaphore a take within the
+    /// number) gets it by its own next attempt, nobody else acting: a dead
+    /// holder or a stale mark keeps no waiter out past its deadline.
+    fn unopposed_waiters_get_in(&self, s: &State) -> bool {
+        s.clients.iter().enumerate().all(|(c, cl)| {
+            let Phase::Waiting { field } = cl.phase else {
+                return true;
+            };
+            if cl.line.call.is_some() || cl.calls_left == 0 {
+                return true;
+            }
+            let now = s.server.now;
+            let free = match &s.server.name {
+                Name::Absent => true,
+                Name::Hash(h) => {
+                    let kind = match field {
+                        Field::Permit(_) => Kind::Semaphore,
+                        _ => Kind::Rw,
+                    };
+                    h.kind == kind
+                        && h.holds.iter().all(|x| x.deadline <= now)
+                        && h.marks.iter().all(|&(o, d)| d <= now || field == Field::Writer(o))
+                }
+                _ => false,
+            };
+            let fits = match self.bounds.roles[c] {
+                Role::Semaphore { take } => take <= s.server.number.unwrap_or(PERMITS),
+                Role::Rw => true,
+            };
+            if !free || !fits {
+                return true;
+            }
+            [
+                Action::Start(c, Op::Acquire(field)),
+                Action::Net(c, Net::Run),
+                Action::Net(c, Net::Hear),
+            ]
+            .iter()
+            .try_fold(s.clone(), |t, &a| self.next_state(&t, a))
+            .is_some_and(|t| matches!(t.clients[c].phase, Phase::Held { .. }))
+        })
     }
 }
 

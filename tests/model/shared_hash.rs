@@ -169,6 +169,9 @@ pub enum Defect {
     /// before read holds had one): a late release frees the same task's
     /// newer read hold. Found by this model, and fixed.
     ReadReleaseIgnoresTake,
+    /// An acquire does not prune holds whose lease passed: a dead holder
+    /// keeps the name until the hash's TTL ends.
+    NoPruning,
     /// A refused waiting semaphore acquire marks `:wait` on a hash that is
     /// not there (the number lowered below its take): a stray hash without
     /// kind or TTL. Found by this model in the real script, and fixed.
@@ -257,6 +260,11 @@ impl Server {
     /// `snapshot` of shared_rw.lua: prunes, then reads. `Err`: the reply
     /// for another kind's hash, or a key of another type.
     fn snapshot(&mut self, kind: Kind, check_kind: bool) -> Result<Snapshot, AcquireReply> {
+        self.snapshot_pruning(kind, check_kind, true)
+    }
+
+    /// [`Server::snapshot`], pruning the passed holds when `prune`.
+    fn snapshot_pruning(&mut self, kind: Kind, check_kind: bool, prune: bool) -> Result<Snapshot, AcquireReply> {
         let now = self.now;
         let h = match &mut self.name {
             Name::Absent => return Ok(Snapshot::default()),
@@ -273,7 +281,9 @@ impl Server {
         if h.holds.iter().any(|x| x.deadline <= now && !x.field.is_reader()) {
             h.token = None;
         }
-        h.holds.retain(|x| x.deadline > now);
+        if prune {
+            h.holds.retain(|x| x.deadline > now);
+        }
         for x in &h.holds {
             s.held = true;
             match x.field {
@@ -385,7 +395,7 @@ impl Server {
             }
         }
         let before = self.live();
-        let s = match self.snapshot(Kind::Rw, true) {
+        let s = match self.snapshot_pruning(Kind::Rw, true, defect != Some(Defect::NoPruning)) {
             Ok(s) => s,
             Err(reply) => return reply,
         };
