@@ -36,6 +36,9 @@ pub enum Defect {
     CountsUnanswered,
     /// One grant is taken for a majority.
     MajorityOfOne,
+    /// The quorum's token (the highest of its grants) is not written back
+    /// to the masters that granted lower (`raise_token.lua`).
+    NoRaise,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -106,6 +109,11 @@ pub struct State {
     pub have_held: u8,
     /// Ghost: a client held across a master's restart.
     pub held_through_restart: bool,
+    /// Ghosts: per client, the highest quorum token it was granted; and
+    /// whether a grant's token was not above another client's earlier one
+    /// (or below its own client's).
+    pub max_tokens: Vec<u64>,
+    pub token_went_back: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -114,6 +122,9 @@ pub struct Bounds {
     pub acquires: u8,
     pub restarts: u8,
     pub depth: Option<usize>,
+    /// Also start where the masters' counters differ: client 0 held on
+    /// masters 1 and 2 (its request to master 0 lost) and released.
+    pub counters_apart: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -175,12 +186,29 @@ impl QuorumModel {
                 }
             }
         }
-        if granted >= self.majority() {
-            let from = if self.defect == Some(Defect::ValidityFromDecision) {
-                s.now
-            } else {
-                since
-            };
+        let token = (granted >= self.majority())
+            .then(|| self.write_back(s, c, &mut tokens))
+            .flatten();
+        let from = if self.defect == Some(Defect::ValidityFromDecision) {
+            s.now
+        } else {
+            since
+        };
+        // Granted too late (no validity left), the attempt is undone as
+        // one without a majority (`quorum::granted`).
+        if let Some(token) = token.filter(|_| from + LEASE > s.now) {
+            // A client's new acquisition may re-enter a part of its own
+            // earlier hold that outlived it on a minority (its renewal
+            // found no majority) and get that hold's token again: equal to
+            // its own earlier one, never below any grant's.
+            let others = (0..s.max_tokens.len())
+                .filter(|&o| o != c)
+                .map(|o| s.max_tokens[o])
+                .max();
+            if others.is_some_and(|t| token <= t) || token < s.max_tokens[c] {
+                s.token_went_back = true;
+            }
+            s.max_tokens[c] = s.max_tokens[c].max(token);
             s.clients[c].phase = Phase::Held {
                 tokens,
                 valid_until: from + LEASE,
@@ -190,11 +218,12 @@ impl QuorumModel {
         }
         for (m, part) in parts.iter().enumerate() {
             let server = &mut s.masters[m].server;
-            match *part {
-                Part::Granted(t) => {
+            match (*part, tokens[m]) {
+                // Given back under the token written back there, if it was.
+                (Part::Granted(_), Some(t)) => {
                     server.release(release_of(c, req, Some(t)), None);
                 }
-                Part::Unanswered => {
+                (Part::Unanswered, _) => {
                     if let super::server::Key::Hold(h) = server.lock {
                         if h.owner == c as Owner && h.take == req {
                             server.release(release_of(c, req, Some(h.token)), None);
@@ -205,6 +234,35 @@ impl QuorumModel {
             }
         }
         s.clients[c].phase = Phase::Idle;
+    }
+
+    /// `quorum::write_back`: the hold's token is the highest of its grants,
+    /// written back (`raise_token.lua`) to the masters that granted lower,
+    /// their holds' `:token` with it; the token when a majority then has
+    /// it.
+    fn write_back(&self, s: &mut State, c: usize, tokens: &mut [Option<u64>; MASTERS]) -> Option<u64> {
+        let token = tokens.iter().flatten().copied().max()?;
+        if self.defect != Some(Defect::NoRaise) {
+            for (m, t) in tokens.iter_mut().enumerate() {
+                let Some(held) = *t else { continue };
+                if held >= token {
+                    continue;
+                }
+                let server = &mut s.masters[m].server;
+                if server.counter.value.is_none_or(|v| v < token) {
+                    server.counter.value = Some(token);
+                    server.counter.max_token = server.counter.max_token.max(token);
+                    if let super::server::Key::Hold(h) = &mut server.lock {
+                        if h.owner == c as Owner && h.token == held {
+                            h.token = token;
+                        }
+                    }
+                }
+                *t = Some(token);
+            }
+        }
+        let at_token = tokens.iter().filter(|t| **t == Some(token)).count();
+        (at_token >= self.majority() || self.defect == Some(Defect::NoRaise)).then_some(token)
     }
 }
 
@@ -224,7 +282,7 @@ impl Model for QuorumModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
+        let empty = State {
             now: 0,
             masters: (0..MASTERS)
                 .map(|_| Master {
@@ -241,7 +299,22 @@ impl Model for QuorumModel {
             restarts_left: self.bounds.restarts,
             have_held: 0,
             held_through_restart: false,
-        }]
+            max_tokens: vec![0; self.bounds.clients],
+            token_went_back: false,
+        };
+        if !self.bounds.counters_apart || self.bounds.acquires == 0 {
+            return vec![empty];
+        }
+        let apart = [
+            Action::Ask(0, 1, Answer::Heard),
+            Action::Ask(0, 2, Answer::Heard),
+            Action::Ask(0, 0, Answer::RequestLost),
+            Action::Release(0),
+        ]
+        .iter()
+        .try_fold(empty.clone(), |s, &a| self.next_state(&s, a))
+        .expect("a start the model reaches");
+        vec![empty, apart]
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -365,6 +438,7 @@ impl Model for QuorumModel {
             Property::<Self>::always("a release never frees another's hold", |_, s| {
                 s.masters.iter().all(|m| !m.server.freed_another)
             }),
+            Property::<Self>::always("quorum tokens only grow, across restarts", |_, s| !s.token_went_back),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
             }),
