@@ -14,28 +14,10 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, ACQUIRE, RELEASE, RENEW, SLACK};
 use model::server::{AcquireReply, Key, ReleaseCall, ReleaseReply, Server};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-
-/// The reentrant lock's scripts, put together as `src/protocol/reentrant.rs`
-/// does (the test checks the server holds the same texts after a client
-/// loaded the library's).
-const ACQUIRE: &str = concat!(
-    include_str!("../lua/acquire_free.lua"),
-    include_str!("../lua/shared.lua"),
-    include_str!("../lua/shared_acquire.lua"),
-    include_str!("../lua/acquire.lua")
-);
-const RELEASE: &str = concat!(
-    include_str!("../lua/release_last.lua"),
-    include_str!("../lua/shared.lua"),
-    include_str!("../lua/shared_release.lua"),
-    include_str!("../lua/shared_wake.lua"),
-    include_str!("../lua/release.lua")
-);
-const RENEW: &str = include_str!("../lua/renew.lua");
 
 /// Leases in milliseconds (the model counts the same units here).
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];

@@ -17,7 +17,7 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, RENEW, SLACK};
 use model::fair::{Acquire, AcquireReply, Msg, ReleaseReply, Server, RECORD, WAITER};
 use model::{KEEP, LEASE};
 use proptest::prelude::*;
@@ -35,7 +35,6 @@ const RELEASE: &str = concat!(
     include_str!("../lua/fair_release.lua")
 );
 const LEAVE: &str = concat!(include_str!("../lua/shared.lua"), include_str!("../lua/fair_leave.lua"));
-const RENEW: &str = include_str!("../lua/renew.lua");
 
 /// A model tick, in ms.
 const UNIT: i32 = 100_000;

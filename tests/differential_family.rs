@@ -16,7 +16,7 @@ mod model;
 use std::collections::BTreeMap;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, RENEW, SLACK};
 use model::shared_hash::{AcquireReply, Field, Kind, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -46,7 +46,6 @@ const SEM_RELEASE: &str = concat!(
     include_str!("../lua/shared_rw.lua"),
     include_str!("../lua/sem_release.lua")
 );
-const RENEW: &str = include_str!("../lua/renew.lua");
 
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];
 const MARK: i32 = 150_000;

@@ -19,33 +19,19 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, SLACK};
+use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, ACQUIRE, RELEASE, RENEW, SLACK};
 use model::wake::{Acquire, AcquireReply, Mode, Msg, ReleaseReply, Server, GRANT};
 use model::{KEEP, LEASE};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-/// The reentrant lock's scripts, put together as
-/// `src/protocol/reentrant.rs` does.
-const ACQUIRE: &str = concat!(
-    include_str!("../lua/acquire_free.lua"),
-    include_str!("../lua/shared.lua"),
-    include_str!("../lua/shared_acquire.lua"),
-    include_str!("../lua/acquire.lua")
-);
-const RELEASE: &str = concat!(
-    include_str!("../lua/release_last.lua"),
-    include_str!("../lua/shared.lua"),
-    include_str!("../lua/shared_release.lua"),
-    include_str!("../lua/shared_wake.lua"),
-    include_str!("../lua/release.lua")
-);
+/// The reentrant lock's wake_next script, put together as
+/// `src/protocol/reentrant.rs` does (its acquire and release: `diff`'s).
 const WAKE_NEXT: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_wake.lua"),
     include_str!("../lua/wake_next.lua")
 );
-const RENEW: &str = include_str!("../lua/renew.lua");
 
 /// A model tick, in ms.
 const UNIT: i32 = 100_000;

@@ -13,10 +13,32 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use crate::common::{RedisServer, Reply, Resp};
 use crate::model::server::{Record, Recorded, EPOCH};
 
+/// The reentrant lock's scripts, put together as `src/protocol/reentrant.rs`
+/// does (each test checks the server holds the same texts after a client
+/// loaded the library's).
+#[allow(dead_code)]
+pub const ACQUIRE: &str = concat!(
+    include_str!("../../lua/acquire_free.lua"),
+    include_str!("../../lua/shared.lua"),
+    include_str!("../../lua/shared_acquire.lua"),
+    include_str!("../../lua/acquire.lua")
+);
+#[allow(dead_code)]
+pub const RELEASE: &str = concat!(
+    include_str!("../../lua/release_last.lua"),
+    include_str!("../../lua/shared.lua"),
+    include_str!("../../lua/shared_release.lua"),
+    include_str!("../../lua/shared_wake.lua"),
+    include_str!("../../lua/release.lua")
+);
+/// The renewal (every kind's).
+#[allow(dead_code)]
+pub const RENEW: &str = include_str!("../../lua/renew.lua");
+
 /// How far a real TTL may be below the model's: the time a sequence takes.
 pub const SLACK: i64 = 5_000;
 
-/// Runs `cases` (`LOCKWARDEN_DIFF_CASES`, else 300) random sequences of
+/// Runs `cases` (`LOCKWARDEN_DIFF_CASES`, else 200) random sequences of
 /// `step`s, each from a flushed server, through `apply`; a sequence that
 /// fails is shrunk to the shortest that still fails, and panics.
 #[allow(dead_code)]
@@ -39,7 +61,7 @@ pub fn run_sequences_on<S: Strategy>(
     let cases = std::env::var("LOCKWARDEN_DIFF_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(200);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
