@@ -345,9 +345,27 @@ async fn granted<M: NodeOps>(
     depths.sort_unstable_by(|a, b| b.cmp(a));
     let depth = depths[need - 1];
     let reentered = counts.iter().filter(|(_, c)| *c > 1).count() >= need;
+    // A level this attempt re-entered without a hold the client knows of
+    // is left from a hold of the same owner it lost (its renewal found no
+    // majority) or never learned of: its token was that hold's.
+    let stale = (0..n)
+        .filter(|&i| ask.known.is_none() && ask.keys.kind.own_tokens() && partial.held[i] && !partial.fresh[i])
+        .filter_map(|i| partial.tokens[i])
+        .max();
     let (token, node_tokens) = match (&ask.known, reentered) {
         (Some((token, tokens)), true) => (*token, tokens.clone()),
         _ => match write_back(members, ask.keys, ask.owner, &mut partial, need).await {
+            // A new hold whose token would be that old hold's: a resource
+            // that fences on tokens could not tell the two apart. Undone,
+            // and tried again after a pause: the old level ends with its
+            // lease, and a fresh take's token is above it.
+            Some(token) if stale.is_some_and(|t| t >= token) => {
+                partial.undo().await;
+                if n > 1 {
+                    crate::observe::quorum_attempt("stale_level_token", None);
+                }
+                return Ok(Attempt::Denied(Refusal::split()));
+            }
             Some(token) => (token, partial.tokens.clone()),
             None => {
                 partial.undo().await;

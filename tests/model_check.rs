@@ -342,14 +342,17 @@ const QUORUM: QuorumBounds = QuorumBounds {
     restarts: 1,
     depth: Some(9),
     counters_apart: false,
+    stale_part: false,
 };
 
 fn quorum_bounds() -> QuorumBounds {
     QuorumBounds {
         // Two more in the longer run: three would take some 40 GB.
         depth: depth("QUORUM", QUORUM.depth, 2),
-        // The longer run also starts from masters whose counters differ.
+        // The longer run also starts from masters whose counters differ,
+        // and from a client's lost hold left on one master.
         counters_apart: std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some(),
+        stale_part: std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some(),
         ..QUORUM
     }
 }
@@ -362,7 +365,7 @@ fn the_quorum_keeps_every_property_in_every_reachable_state() {
 
 /// Each defect of the quorum, the depth its counterexample needs, and the
 /// property that catches it.
-const QUORUM_CAUGHT: [(QuorumDefect, usize, &str); 5] = [
+const QUORUM_CAUGHT: [(QuorumDefect, usize, &str); 6] = [
     // A master restarted empty that counts at once gives the name to a
     // second client while the first still holds on the other two.
     (QuorumDefect::NoRejoinDelay, 9, "never two holders with validity left"),
@@ -382,6 +385,13 @@ const QUORUM_CAUGHT: [(QuorumDefect, usize, &str); 5] = [
     // From masters whose counters differ: a majority whose own counters
     // lag the token an earlier majority chose (7 steps).
     (QuorumDefect::NoRaise, 9, "quorum tokens only grow, across restarts"),
+    // A client told its hold was lost (its renewal found no majority)
+    // acquires again, re-entering the part the lost hold left.
+    (
+        QuorumDefect::StaleTokenKept,
+        9,
+        "quorum tokens only grow, across restarts",
+    ),
 ];
 
 #[test]
@@ -389,9 +399,14 @@ fn every_quorum_property_finds_the_defect_it_is_there_for() {
     for (defect, depth, property) in QUORUM_CAUGHT {
         // One attempt each is all a counterexample needs.
         let bounds = QuorumBounds {
-            acquires: if defect == QuorumDefect::NoRaise { 2 } else { 1 },
+            acquires: if matches!(defect, QuorumDefect::NoRaise | QuorumDefect::StaleTokenKept) {
+                2
+            } else {
+                1
+            },
             depth: Some(depth),
             counters_apart: defect == QuorumDefect::NoRaise,
+            stale_part: defect == QuorumDefect::StaleTokenKept,
             ..QUORUM
         };
         counterexample(

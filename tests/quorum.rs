@@ -381,6 +381,55 @@ async fn tokens_need_the_write_back() {
     .await
 }
 
+/// A hold the watchdog lost on a majority but that is left on a minority
+/// master, re-entered there by the same task's next acquisition: the new
+/// hold must not carry the lost one's token (a fencing resource could not
+/// tell the two apart), even when the other masters' counters are far
+/// behind it. The acquisition waits for a fresh take instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_hold_never_carries_the_token_of_a_lost_hold_left_on_a_minority() {
+    bounded(Duration::from_secs(30), async {
+        let servers = masters(3);
+        let c = quorum(&servers, Duration::from_millis(100)).await;
+        let lock = c.lock("stale").unwrap();
+        let token_key = "lockwarden:{stale}:token";
+        let other = |s: &RedisServer, token: &str| {
+            s.cmd(&["HSET", "stale", "other:1", "1", ":kind", "reentrant", ":token", token]);
+            s.cmd(&["PEXPIRE", "stale", "60000"]);
+        };
+        servers[0].cmd(&["SET", token_key, "100"]);
+        servers[1].cmd(&["SET", token_key, "100"]);
+        servers[2].cmd(&["SET", token_key, "5"]);
+        // Master 2 is another owner's: the hold is on masters 0 and 1.
+        other(&servers[2], "5");
+        let g = lock.lock().await.unwrap();
+        assert_eq!(g.token(), 101);
+        // Master 0 loses it (evicted) and master 2 frees: the watchdog finds
+        // the hold on master 1 alone, and says it is lost.
+        servers[0].cmd(&["DEL", "stale"]);
+        servers[2].cmd(&["DEL", "stale"]);
+        tokio::time::timeout(Duration::from_secs(5), g.lost())
+            .await
+            .expect("the loss is seen");
+        // Master 0 is another owner's now: the next majority is master 1 (the
+        // lost hold's level, token 101) and master 2 (its counter at 5).
+        other(&servers[0], "102");
+        let g2 = lock
+            .try_lock(Duration::from_secs(10), Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("acquired once the lost hold's level ended");
+        assert!(
+            g2.token() > 101,
+            "the new hold's token {} is the lost hold's",
+            g2.token()
+        );
+        g2.unlock().await.unwrap();
+        drop(g);
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn masters_are_checked_when_the_client_is_built() {
     bounded(Duration::from_secs(30), async {

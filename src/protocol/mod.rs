@@ -400,6 +400,13 @@ pub(crate) trait Protocol: Send + Sync {
         None
     }
 
+    /// Whether each hold gets a fencing token of its own (an exclusive
+    /// hold), so that a new hold must never carry one an earlier hold had.
+    /// Readers share the counter's value, and permits carry none.
+    fn own_tokens(&self) -> bool {
+        true
+    }
+
     /// Which owner fields of the lock's hash make this kind locked (a side
     /// of a read-write lock is locked while that side holds it); `None`:
     /// the hash existing does.

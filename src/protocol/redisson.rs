@@ -94,6 +94,11 @@ impl Protocol for RedissonSemaphore {
         "redisson_semaphore"
     }
 
+    /// Permits carry no token.
+    fn own_tokens(&self) -> bool {
+        false
+    }
+
     /// `rec` records which request got the acquisition's grant.
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
@@ -193,6 +198,11 @@ impl Protocol for RedissonSide {
         } else {
             "redisson_write"
         }
+    }
+
+    /// A reader's token is shared with the other readers.
+    fn own_tokens(&self) -> bool {
+        !self.read
     }
 
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {

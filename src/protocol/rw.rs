@@ -31,6 +31,11 @@ impl Protocol for Side {
         }
     }
 
+    /// A reader's token is the counter's value, which every reader shares.
+    fn own_tokens(&self) -> bool {
+        !self.read
+    }
+
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_ACQUIRE,

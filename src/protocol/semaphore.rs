@@ -34,6 +34,11 @@ impl Protocol for Semaphore {
         "semaphore"
     }
 
+    /// Permits carry no token.
+    fn own_tokens(&self) -> bool {
+        false
+    }
+
     /// Permit ids are unique per acquisition, so the hash itself is the
     /// replay record: `rec` is not used. The request id says which attempt
     /// of the acquisition holds its grant (an attempt whose reply was lost
@@ -81,6 +86,11 @@ pub(super) struct FairSemaphore {
 impl Protocol for FairSemaphore {
     fn label(&self) -> &'static str {
         "fair_semaphore"
+    }
+
+    /// Permits carry no token.
+    fn own_tokens(&self) -> bool {
+        false
     }
 
     /// As the semaphore's (the permit id is its own record), and as the

@@ -39,6 +39,9 @@ pub enum Defect {
     /// The quorum's token (the highest of its grants) is not written back
     /// to the masters that granted lower (`raise_token.lua`).
     NoRaise,
+    /// A new hold keeps the token of a level it re-entered, left from the
+    /// client's own lost hold.
+    StaleTokenKept,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,7 +56,9 @@ pub struct Master {
 pub enum Part {
     /// Sent, not yet answered.
     Asked,
-    Granted(u64),
+    /// Granted: the token, and whether it was a re-entry (a level of the
+    /// owner's that was there before: `quorum::granted`'s stale level).
+    Granted(u64, bool),
     Refused,
     /// No answer (the request or the reply was lost): it may hold.
     Unanswered,
@@ -110,8 +115,7 @@ pub struct State {
     /// Ghost: a client held across a master's restart.
     pub held_through_restart: bool,
     /// Ghosts: per client, the highest quorum token it was granted; and
-    /// whether a grant's token was not above another client's earlier one
-    /// (or below its own client's).
+    /// whether a grant's token was not above every earlier one.
     pub max_tokens: Vec<u64>,
     pub token_went_back: bool,
 }
@@ -125,6 +129,9 @@ pub struct Bounds {
     /// Also start where the masters' counters differ: client 0 held on
     /// masters 1 and 2 (its request to master 0 lost) and released.
     pub counters_apart: bool,
+    /// Also start where client 0 was told its hold was lost (its renewal
+    /// found it on master 1 alone), the part there left.
+    pub stale_part: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -175,7 +182,7 @@ impl QuorumModel {
         let mut granted = 0;
         for (m, part) in parts.iter().enumerate() {
             let held = match *part {
-                Part::Granted(t) => Some(t),
+                Part::Granted(t, _) => Some(t),
                 Part::Unanswered if self.defect == Some(Defect::CountsUnanswered) => Some(0),
                 _ => None,
             };
@@ -186,9 +193,19 @@ impl QuorumModel {
                 }
             }
         }
+        // A re-entered level is left from a hold of the client's it lost:
+        // a new hold whose token would be that one's is undone.
+        let stale = parts
+            .iter()
+            .filter_map(|p| match *p {
+                Part::Granted(t, true) => Some(t),
+                _ => None,
+            })
+            .max();
         let token = (granted >= self.majority())
             .then(|| self.write_back(s, c, &mut tokens))
-            .flatten();
+            .flatten()
+            .filter(|&t| self.defect == Some(Defect::StaleTokenKept) || stale.is_none_or(|old| old < t));
         let from = if self.defect == Some(Defect::ValidityFromDecision) {
             s.now
         } else {
@@ -197,15 +214,7 @@ impl QuorumModel {
         // Granted too late (no validity left), the attempt is undone as
         // one without a majority (`quorum::granted`).
         if let Some(token) = token.filter(|_| from + LEASE > s.now) {
-            // A client's new acquisition may re-enter a part of its own
-            // earlier hold that outlived it on a minority (its renewal
-            // found no majority) and get that hold's token again: equal to
-            // its own earlier one, never below any grant's.
-            let others = (0..s.max_tokens.len())
-                .filter(|&o| o != c)
-                .map(|o| s.max_tokens[o])
-                .max();
-            if others.is_some_and(|t| token <= t) || token < s.max_tokens[c] {
+            if s.max_tokens.iter().any(|&t| token <= t) {
                 s.token_went_back = true;
             }
             s.max_tokens[c] = s.max_tokens[c].max(token);
@@ -220,7 +229,7 @@ impl QuorumModel {
             let server = &mut s.masters[m].server;
             match (*part, tokens[m]) {
                 // Given back under the token written back there, if it was.
-                (Part::Granted(_), Some(t)) => {
+                (Part::Granted(..), Some(t)) => {
                     server.release(release_of(c, req, Some(t)), None);
                 }
                 (Part::Unanswered, _) => {
@@ -302,19 +311,35 @@ impl Model for QuorumModel {
             max_tokens: vec![0; self.bounds.clients],
             token_went_back: false,
         };
-        if !self.bounds.counters_apart || self.bounds.acquires == 0 {
-            return vec![empty];
+        let reach = |steps: &[Action]| {
+            steps
+                .iter()
+                .try_fold(empty.clone(), |s, &a| self.next_state(&s, a))
+                .expect("a start the model reaches")
+        };
+        let mut starts = vec![empty.clone()];
+        if self.bounds.acquires == 0 {
+            return starts;
         }
-        let apart = [
-            Action::Ask(0, 1, Answer::Heard),
-            Action::Ask(0, 2, Answer::Heard),
-            Action::Ask(0, 0, Answer::RequestLost),
-            Action::Release(0),
-        ]
-        .iter()
-        .try_fold(empty.clone(), |s, &a| self.next_state(&s, a))
-        .expect("a start the model reaches");
-        vec![empty, apart]
+        if self.bounds.counters_apart {
+            starts.push(reach(&[
+                Action::Ask(0, 1, Answer::Heard),
+                Action::Ask(0, 2, Answer::Heard),
+                Action::Ask(0, 0, Answer::RequestLost),
+                Action::Release(0),
+            ]));
+        }
+        if self.bounds.stale_part {
+            starts.push(reach(&[
+                Action::Ask(0, 0, Answer::Heard),
+                Action::Ask(0, 2, Answer::RequestLost),
+                Action::Tick,
+                Action::Ask(0, 1, Answer::Heard),
+                Action::Tick,
+                Action::Renew(0),
+            ]));
+        }
+        starts
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -371,7 +396,8 @@ impl Model for QuorumModel {
                     let reply = s.masters[m].server.acquire(c as Owner, req, LEASE, KEEP, true, None);
                     match (answer, reply) {
                         (Answer::ReplyLost, _) => Part::Unanswered,
-                        (_, AcquireReply::Fresh(t) | AcquireReply::Held { token: t, .. }) => Part::Granted(t),
+                        (_, AcquireReply::Fresh(t)) => Part::Granted(t, false),
+                        (_, AcquireReply::Held { token: t, count }) => Part::Granted(t, count > 1),
                         _ => Part::Refused,
                     }
                 };
