@@ -331,7 +331,8 @@ async fn gather<M: NodeOps>(members: &[Arc<M>], ask: &Ask<'_>, partial: &mut Par
 
 /// A majority granted (`counts`: each granting master and its reentry
 /// count): the hold's depth and token, and its validity; or, granted too
-/// late or with no token a majority can agree on, undone and denied.
+/// late, with no token a majority can agree on, or with the token of a
+/// level re-entered without a hold the client knows of, undone and denied.
 async fn granted<M: NodeOps>(
     members: &[Arc<M>],
     ask: &Ask<'_>,
