@@ -349,8 +349,9 @@ async fn granted<M: NodeOps>(
     // A level this attempt re-entered without a hold the client knows of
     // is left from a hold of the same owner it lost (its renewal found no
     // majority) or never learned of: its token was that hold's.
+    let unknown_hold = ask.known.is_none() && ask.keys.kind.own_tokens();
     let stale = (0..n)
-        .filter(|&i| ask.known.is_none() && ask.keys.kind.own_tokens() && partial.held[i] && !partial.fresh[i])
+        .filter(|&i| unknown_hold && partial.held[i] && !partial.fresh[i])
         .filter_map(|i| partial.tokens[i])
         .max();
     let (token, node_tokens) = match (&ask.known, reentered) {
