@@ -83,27 +83,6 @@
 -- the lease its newest member was refused under, plus a second: each of
 -- its clients has a wait that wakes by then anyway.
 
--- Puts the caller's client in the waiters list unless it is there (at the
--- front with `front`), and keeps the list `ttl` ms at least. Returns the
--- client's place in the list (0: the front). A list of another type is
--- left alone (the waits then wake at their lease bound): nil.
-local function listen(ttl, front)
-  ttl = string.format('%d', ttl + 1000)
-  local at = redis.pcall('LPOS', KEYS[4], ARGV[6])
-  if type(at) == 'table' then return nil end
-  if not at then
-    local n = redis.pcall(front and 'LPUSH' or 'RPUSH', KEYS[4], ARGV[6])
-    if type(n) ~= 'number' then return nil end
-    at = front and 0 or n - 1
-    if n == 1 then
-      redis.call('PEXPIRE', KEYS[4], ttl)
-      return at
-    end
-  end
-  redis.call('PEXPIRE', KEYS[4], ttl, 'GT')
-  return at
-end
-
 if ARGV[4] ~= '1' then
   local replayed = recorded(3)
   if replayed then return replayed end
@@ -123,7 +102,7 @@ end
 if pttl == -2 then
   local waited = false
   if waiting == '2' or waiting == '4' then
-    listen(tonumber(ARGV[2]), false)
+    listen(4, ARGV[6], tonumber(ARGV[2]), false)
     waited = true
   elseif waiting ~= '0' then
     -- Woken while other clients sleep: this hold's unlock wakes the next.
@@ -145,7 +124,7 @@ if other then return other end
 if not got[1] then
   if waiting ~= '0' then
     local ttl = pttl >= 0 and pttl or tonumber(ARGV[2])
-    local place = listen(ttl, waiting == '3' or waiting == '4')
+    local place = listen(4, ARGV[6], ttl, waiting == '3' or waiting == '4')
     -- The ask only matters to a listed client; a refused write (a full
     -- server) leaves the waiter to be woken rather than handed the lock.
     if KEYS[5] and place then

@@ -59,6 +59,6 @@ if done then
   return done
 end
 if listened then
-  wake_next(2, ARGV[6], publish, ARGV[7] or '0', KEYS[5] and {1, 5, 4})
+  wake_next(2, ARGV[6], publish, ARGV[7] or '0', KEYS[5] and reentrant_grant(1, 5, 4, 2))
 end
 return 0

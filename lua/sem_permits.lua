@@ -10,13 +10,16 @@
 -- ARGV[3]  the caller's handle's number
 -- ARGV[4]  the semaphore's channel
 -- ARGV[5]  PUBLISH, or SPUBLISH on a cluster
--- ARGV[6]  prefix of a fair semaphore's wake channels
+-- ARGV[6]  prefix of the wake channels (a fair semaphore's waiters', a
+--          semaphore's clients')
+-- KEYS[4]  a semaphore's waiters list (see sem_acquire.lua); optional
 --
 -- Returns {1, number} stored; {0, number} not stored ('set': one is
 -- stored already; 'add': it would go below zero): nothing is written.
 -- A number that went up publishes '0' on the channel (waiters look
--- again), and on the wake channel of the fair semaphore's queue head (it
--- takes the permits it now fits). Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
+-- again), on the wake channel of the fair semaphore's queue head (it
+-- takes the permits it now fits), and wakes one client of a semaphore's
+-- waiters list per permit added. Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
 
 local stored = redis.pcall('GET', KEYS[1])
 if type(stored) == 'table' and stored.err then
@@ -40,6 +43,13 @@ if now > tonumber(stored or ARGV[3]) then
     local ask = redis.pcall('HGET', KEYS[3], head)
     local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
     redis.pcall(ARGV[5], ARGV[6] .. wake, '0')
+  end
+  if KEYS[4] then
+    -- One listed client per permit added (wake_next, shared_wake.lua);
+    -- each woken wait takes what fits.
+    for _ = 1, math.min(now - tonumber(stored or ARGV[3]), 16) do
+      if not wake_next(4, ARGV[6], ARGV[5], '0') then break end
+    end
   end
 end
 return {1, now}

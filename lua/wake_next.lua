@@ -37,7 +37,7 @@
 
 local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
-local grant = {1, 3, 4}
+local grant = reentrant_grant(1, 3, 4, 2)
 if ARGV[6] then
   local ask = redis.pcall('HGET', KEYS[3], ARGV[6])
   if type(ask) == 'string' and string.match(ask, '^%d+ (%S+) ') == ARGV[4] then

@@ -198,10 +198,11 @@ impl ClientBuilder {
     /// lease). The cost: while a lock stays held, its n waiting clients
     /// make about ln(n) + 1 extra attempts per patience between them.
     /// Defaults to [`DEFAULT_WAKE_PATIENCE`](crate::DEFAULT_WAKE_PATIENCE) (1 s); at least 1 ms, at most
-    /// 30 days. Only the reentrant lock wakes one client per unlock: the
-    /// fair lock and a waiting writer of the read-write lock look again
-    /// every third of [`fair_waiter_timeout`](Self::fair_waiter_timeout),
-    /// and waiting readers and semaphore waiters are woken in every client.
+    /// 30 days. Only the reentrant lock and the semaphore wake one client
+    /// per unlock (the semaphore one per permit freed): the fair lock and
+    /// a waiting writer of the read-write lock look again every third of
+    /// [`fair_waiter_timeout`](Self::fair_waiter_timeout), and waiting
+    /// readers are woken in every client.
     pub fn wake_patience(mut self, patience: Duration) -> Self {
         self.options.wake_patience = patience;
         self

@@ -9,8 +9,9 @@
 //! | unlock channel | `lockwarden:{PN}:channel` |
 //! | fencing-token counter | `lockwarden:{PN}:token` |
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
-//! | reentrant lock: clients whose waits sleep (list) | `lockwarden:{PN}:waiters` |
-//! | reentrant lock: one client's wake channel | `lockwarden:{PN}:wake:<client-uuid>` |
+//! | reentrant lock, semaphore: clients whose waits sleep (list) | `lockwarden:{PN}:waiters` |
+//! | reentrant lock, semaphore: what each client's wait asks of a direct grant (hash) | `lockwarden:{PN}:asks` |
+//! | reentrant lock, semaphore: one client's wake channel | `lockwarden:{PN}:wake:<client-uuid>` |
 //! | fair lock, fair semaphore: waiter queue (list) | `lockwarden:{PN}:queue` |
 //! | fair lock, fair semaphore: waiter deadlines (sorted set) | `lockwarden:{PN}:timeouts` |
 //! | fair lock, fair semaphore: what each waiter asks of a direct grant (hash) | `lockwarden:{PN}:asks` |

@@ -61,7 +61,9 @@ pub(crate) enum Kind {
     /// The write side of a read-write lock: exclusive.
     Write,
     /// A semaphore of `total` permits, taking `take` of them; each
-    /// acquisition's owner field is its own permit id.
+    /// acquisition's owner field is its own permit id. Its waits are the
+    /// reentrant lock's (one client woken, or handed the permits, per
+    /// permit freed).
     Permits { total: u32, take: u32 },
     /// A fair semaphore: as `Permits`, served in request order.
     FairPermits { total: u32, take: u32 },
@@ -536,7 +538,7 @@ impl Lock {
             keys: &self.keys,
         };
         match self.kind {
-            Kind::Reentrant => {
+            Kind::Reentrant | Kind::Permits { .. } => {
                 let channel = self
                     .wake_channel
                     .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
@@ -552,12 +554,9 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait, direct);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read
-            | Kind::Permits { .. }
-            | Kind::Redisson
-            | Kind::RedissonPermits { .. }
-            | Kind::RedissonRead
-            | Kind::RedissonWrite => crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await,
+            Kind::Read | Kind::Redisson | Kind::RedissonPermits { .. } | Kind::RedissonRead | Kind::RedissonWrite => {
+                crate::wait::wait(t, &pin, lease, deadline, Shared::default()).await
+            }
             Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
         }
     }

@@ -356,9 +356,7 @@ impl Semaphore {
                     env,
                 ),
                 (true, None) => crate::protocol::redisson::release_permits(&self.keys, id.into(), env),
-                (false, _) => {
-                    crate::protocol::semaphore::release_by_id(&self.keys, id, self.fair.then_some(self.permits), env)
-                }
+                (false, _) => crate::protocol::semaphore::release_by_id(&self.keys, id, self.permits, self.fair, env),
             })
             .await?;
         if r == 0 {

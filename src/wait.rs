@@ -199,9 +199,11 @@ impl Reentrant {
     }
 }
 
-/// The reentrant lock's policy: [`Reentrant`]'s, on a wake channel of
-/// the client's own, so that an unlock wakes one client rather than every
-/// client with a wait (`lua/shared_wake.lua`). The unlock's one wake-up
+/// The reentrant lock's policy, and the semaphore's: [`Reentrant`]'s, on a
+/// wake channel of the client's own, so that an unlock wakes one client
+/// rather than every client with a wait (`lua/shared_wake.lua`; a
+/// semaphore's release wakes one per permit it frees,
+/// `lua/shared_permits.lua`). The unlock's one wake-up
 /// must not be lost on the way: a client that gets it with no wait left to
 /// take it passes it on (the channel's relay), and so does a client whose
 /// last wait is dropped or fails after listening, since that wait may have
@@ -424,9 +426,9 @@ impl Drop for WakeOne {
     }
 }
 
-/// The policy of kinds that admit several holders at once (a read-write
-/// lock's readers, a semaphore): the reentrant lock's, but a message wakes
-/// every wait of the client on the lock, not one. Several may get in
+/// The policy of the read-write lock's readers (and of Redisson's layouts,
+/// whose unlocks publish on the lock's channel): the reentrant lock's, but
+/// a message wakes every wait of the client on the lock, not one. Several may get in
 /// together, and a wait refused for a reason no release will clear (a
 /// reader behind a writer's mark) must not take the only wake-up from a
 /// wait that could go in.

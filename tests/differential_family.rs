@@ -4,7 +4,11 @@
 //! holds' and marks' leases ending, records ending, FLUSHALL, a lost
 //! counter, a foreign key and the semaphore's number changing, applied to
 //! the model and to a real `redis-server`; after each step every reply and
-//! every key (fields, deadlines, token, counter, records, TTLs) must agree.
+//! every key (fields, deadlines, token, counter, records, the semaphore's
+//! waiters list and asks, TTLs) must agree, and so must the messages each
+//! semaphore client got on its wake channel (one real subscriber
+//! connection per client, subscribing and unsubscribing as steps, so that
+//! PUBLISH counts as in the library).
 //!
 //! The model's clock stays at 0 here (leases are minutes long): a lease's
 //! end is a step that dates the hold's deadline field in the past on both
@@ -17,7 +21,9 @@ use std::collections::BTreeMap;
 
 use common::{Reply, Resp};
 use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, RENEW, SLACK};
-use model::shared_hash::{AcquireReply, Field, Kind, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server};
+use model::shared_hash::{
+    AcquireReply, Field, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server, Told,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -39,12 +45,22 @@ const RW_LEAVE: &str = concat!(
 const SEM_ACQUIRE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_listen.lua"),
     include_str!("../lua/sem_acquire.lua")
 );
 const SEM_RELEASE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_wake.lua"),
+    include_str!("../lua/shared_permits.lua"),
     include_str!("../lua/sem_release.lua")
+);
+const SEM_LEAVE: &str = concat!(
+    include_str!("../lua/shared.lua"),
+    include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_wake.lua"),
+    include_str!("../lua/shared_permits.lua"),
+    include_str!("../lua/sem_leave.lua")
 );
 
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];
@@ -57,13 +73,35 @@ const LOCK: &str = "{fam}:lock";
 const COUNTER: &str = "{fam}:token";
 const NUMBER: &str = "{fam}:permits";
 const CHANNEL: &str = "{fam}:channel";
+const WAITERS: &str = "{fam}:waiters";
+const ASKS: &str = "{fam}:asks";
+const WAKE_PREFIX: &str = "{fam}:wake:";
+const REC_PREFIX: &str = "{fam}:rec:";
+/// The semaphore's clients (each with its own wake channel), and the
+/// permit ids each uses.
+const CLIENTS: u8 = 3;
+const PERMIT_IDS: u8 = 3;
+/// A direct grant's first lease.
+const GRANT: i32 = 20_000;
+/// How long past the time a refusal gives the list and the asks live.
+const PAST_MS: i32 = 1000;
 
 fn field_name(f: Field) -> String {
     match f {
         Field::Writer(o) => format!("c{o}:t1"),
         Field::Reader(o) => format!("c{o}:t1:r"),
-        Field::Permit(p) => format!("c9:p{p}:r"),
+        Field::Permit(p) => format!("{}:p{}:r", client(p / 16), p % 16),
     }
+}
+
+/// A semaphore client's id (the end of its wake channel's name).
+fn client(c: u8) -> String {
+    format!("s{c}")
+}
+
+/// The permit id `n` of semaphore client `c`.
+fn permit(c: u8, n: u8) -> u8 {
+    c * 16 + n
 }
 
 fn record(req: u32) -> String {
@@ -95,13 +133,30 @@ enum Step {
         owner: u8,
     },
     SemAcquire {
-        permit: u8,
+        client: u8,
+        n: u8,
         take: u32,
         which: Which,
-        waits: bool,
+        mode: u8,
+        ask: bool,
+        attempt: u32,
     },
+    /// A release of permit id `n` of `client`, or (`held`) of the
+    /// `client * 3 + n`-th permit id the model has holding, when any.
     SemRelease {
-        permit: u8,
+        client: u8,
+        n: u8,
+        held: bool,
+    },
+    /// A client passes a wake-up on; with `stopped`, its wait of that
+    /// permit id (the latest attempt's request) stops.
+    SemLeave {
+        client: u8,
+        stopped: Option<u8>,
+    },
+    Subscribe {
+        client: u8,
+        on: bool,
     },
     Renew {
         field: u8,
@@ -123,9 +178,11 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>())
             .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
         1 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
-        4 => (0..4u8, 1..3u32, which(), any::<bool>())
-            .prop_map(|(permit, take, which, waits)| Step::SemAcquire { permit, take, which, waits }),
-        2 => (0..4u8).prop_map(|permit| Step::SemRelease { permit }),
+        6 => (0..CLIENTS, 0..PERMIT_IDS, 1..3u32, which(), sem_mode(), prop::bool::weighted(0.8), 0..3u32)
+            .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire { client, n, take, which, mode, ask, attempt }),
+        3 => (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(0.8)).prop_map(|(client, n, held)| Step::SemRelease { client, n, held }),
+        1 => (0..CLIENTS, prop::option::of(0..PERMIT_IDS)).prop_map(|(client, stopped)| Step::SemLeave { client, stopped }),
+        1 => (0..CLIENTS, any::<bool>()).prop_map(|(client, on)| Step::Subscribe { client, on }),
         2 => (0..10u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
         2 => (0..8usize).prop_map(Step::HoldEnds),
         1 => (0..4usize).prop_map(Step::MarkEnds),
@@ -137,9 +194,34 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The semaphore's steps alone (and the faults that meet them): its waits,
+/// direct grants and wake-ups come up far more often than among the read-write
+/// lock's steps.
+fn sem_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..CLIENTS, 0..PERMIT_IDS, 1..3u32, which(), sem_mode(), prop::bool::weighted(0.8), 0..3u32)
+            .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire { client, n, take, which, mode, ask, attempt }),
+        4 => (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(0.9)).prop_map(|(client, n, held)| Step::SemRelease { client, n, held }),
+        1 => (0..CLIENTS, prop::option::of(0..PERMIT_IDS)).prop_map(|(client, stopped)| Step::SemLeave { client, stopped }),
+        1 => (0..CLIENTS, any::<bool>()).prop_map(|(client, on)| Step::Subscribe { client, on }),
+        1 => (6..10u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
+        1 => (0..8usize).prop_map(Step::HoldEnds),
+        1 => Just(Step::Flush),
+        1 => (1..4u32).prop_map(Step::SetNumber),
+    ]
+}
+
+/// A semaphore attempt's mode (see `Mode`), the modes of a client's only
+/// wait (which may ask for direct grants) the most often.
+fn sem_mode() -> impl Strategy<Value = u8> {
+    prop_oneof![1 => Just(0u8), 3 => Just(1u8), 1 => Just(2u8), 2 => Just(3u8), 1 => Just(4u8)]
+}
+
 struct Run<'a> {
     model: Server,
     redis: &'a mut Resp,
+    /// One subscriber connection per semaphore client.
+    subs: &'a mut [Resp],
     /// Requests so far, by field.
     reqs: Requests<Field>,
     /// Write tokens handed out (model values).
@@ -167,7 +249,10 @@ impl Run<'_> {
                 prop_assert_eq!(int(&v[1]), Some(self.real(token)?), "the token: {:?}", got);
                 prop_assert_eq!(int(&v[2]), Some(i128::from(count)), "the count: {:?}", got);
             }
-            (AcquireReply::Refused { hint }, Reply::Array(v)) if v.len() == 2 => {
+            (AcquireReply::Refused { hint, place }, Reply::Array(v)) if v.len() == 2 + usize::from(place.is_some()) => {
+                if let Some(place) = place {
+                    prop_assert_eq!(int(&v[2]), Some(i128::from(place)), "the place: {:?}", got);
+                }
                 prop_assert_eq!(int(&v[0]), Some(0), "refused: {:?}", got);
                 let real = v[1].as_int().unwrap_or(i64::MIN);
                 let hint = i64::from(hint);
@@ -337,50 +422,142 @@ impl Run<'_> {
                 prop_assert!(ok, "leave: the model answers {want:?}, the server {got:?}");
             }
             Step::SemAcquire {
-                permit,
+                client: c,
+                n,
                 take,
                 which,
-                waits,
+                mode,
+                ask,
+                attempt,
             } => {
-                let field = Field::Permit(permit);
+                let p = permit(c, n);
+                let field = Field::Permit(p);
                 let (req, _) = self.reqs.request(which, "attempt", field);
+                let mode = [
+                    Mode::Try,
+                    Mode::Listening,
+                    Mode::WithOthers,
+                    Mode::Woken,
+                    Mode::WokenWithOthers,
+                ][usize::from(mode)];
+                let ask = (ask && mode != Mode::Try).then_some((GRANT, attempt));
                 let a = SemAcquire {
-                    permit,
+                    permit: p,
                     take,
                     total: PERMITS,
                     lease: LEASES[0],
-                    waits,
+                    mode,
                     req,
+                    ask,
                 };
                 let want = self.model.sem_acquire(a, None);
-                let got = self.redis.cmd(&[
-                    "EVAL",
-                    SEM_ACQUIRE,
-                    "2",
-                    LOCK,
-                    NUMBER,
-                    &field_name(field),
-                    &take.to_string(),
-                    &PERMITS.to_string(),
-                    &LEASES[0].to_string(),
-                    if waits { "1" } else { "0" },
-                    &format!("q{req}"),
-                ]);
+                let name = field_name(field);
+                let (take, total, lease, q, id) = (
+                    take.to_string(),
+                    PERMITS.to_string(),
+                    LEASES[0].to_string(),
+                    format!("q{req}"),
+                    client(c),
+                );
+                let mut args = vec!["EVAL", SEM_ACQUIRE, "2", LOCK, NUMBER];
+                let (grant, n) = (GRANT.to_string(), attempt.to_string());
+                if mode != Mode::Try {
+                    args.push(WAITERS);
+                    if ask.is_some() {
+                        args.push(ASKS);
+                    }
+                }
+                args[2] = ["2", "3", "4"][args.len() - 5];
+                args.extend([&*name, &take, &total, &lease, mode.arg(), &q]);
+                if mode != Mode::Try {
+                    args.push(&id);
+                    if ask.is_some() {
+                        args.extend([&*grant, &n]);
+                    }
+                }
+                let got = self.redis.cmd(&args);
                 self.check_acquire(want, &got)?;
             }
-            Step::SemRelease { permit } => {
-                let want = self.model.sem_release(permit);
+            Step::SemRelease { client: c, n, held } => {
+                let holding: Vec<u8> = match &self.model.name {
+                    Name::Hash(h) => h
+                        .holds
+                        .iter()
+                        .filter_map(|x| match x.field {
+                            Field::Permit(p) => Some(p),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let p = match holding.len() {
+                    0 => permit(c, n),
+                    k if held => holding[usize::from(c * PERMIT_IDS + n) % k],
+                    _ => permit(c, n),
+                };
+                let want = self.model.sem_release(p, PERMITS);
                 let got = self.redis.cmd(&[
                     "EVAL",
                     SEM_RELEASE,
-                    "2",
+                    "5",
                     LOCK,
                     CHANNEL,
-                    &field_name(Field::Permit(permit)),
+                    WAITERS,
+                    ASKS,
+                    NUMBER,
+                    &field_name(Field::Permit(p)),
                     "PUBLISH",
                     "0",
+                    &PERMITS.to_string(),
+                    WAKE_PREFIX,
+                    REC_PREFIX,
                 ]);
                 Self::check_release(want, &got)?;
+            }
+            Step::SemLeave { client: c, stopped } => {
+                let stopped = stopped.and_then(|n| {
+                    let p = permit(c, n);
+                    let req = *self.reqs.of("attempt", Field::Permit(p)).last()?;
+                    Some((req, p))
+                });
+                self.model.sem_leave(c, stopped, PERMITS);
+                let total = PERMITS.to_string();
+                let mut args = vec![
+                    "EVAL".to_string(),
+                    SEM_LEAVE.to_string(),
+                    "5".to_string(),
+                    LOCK.to_string(),
+                    CHANNEL.to_string(),
+                    WAITERS.to_string(),
+                    ASKS.to_string(),
+                    NUMBER.to_string(),
+                    String::new(),
+                    "PUBLISH".to_string(),
+                    "0".to_string(),
+                    total,
+                    WAKE_PREFIX.to_string(),
+                    REC_PREFIX.to_string(),
+                ];
+                if let Some((req, p)) = stopped {
+                    args.extend([format!("q{req}"), field_name(Field::Permit(p)), client(c)]);
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let got = self.redis.cmd(&args);
+                prop_assert_eq!(got, Reply::Int(0), "leave");
+            }
+            Step::Subscribe { client: c, on } => {
+                let subscribed = self.model.waiting.subscribed.contains(&c);
+                if subscribed != on {
+                    if on {
+                        self.model.waiting.subscribed.push(c);
+                        self.model.waiting.subscribed.sort();
+                    } else {
+                        self.model.waiting.subscribed.retain(|&x| x != c);
+                    }
+                    let channel = format!("{WAKE_PREFIX}{}", client(c));
+                    self.subs[usize::from(c)].cmd(&[if on { "SUBSCRIBE" } else { "UNSUBSCRIBE" }, &channel]);
+                }
+                self.model.waiting.told.clear();
             }
             Step::Renew { field, lease } => {
                 let f = match field {
@@ -474,8 +651,72 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The messages each subscribed semaphore client got in the step,
+    /// against the model's (a message to a client not subscribed reaches
+    /// nobody, and the model tells none).
+    fn check_messages(&mut self) -> Result<(), TestCaseError> {
+        let told = std::mem::take(&mut self.model.waiting.told);
+        for c in 0..CLIENTS {
+            let want: Vec<String> = told
+                .iter()
+                .filter(|(to, _)| *to == c)
+                .map(|(_, t)| match *t {
+                    Told::Wake => "0".to_string(),
+                    Told::Grant { ms, req, attempt } => format!("g 0 {ms} {REC_PREFIX}q{req} {attempt}"),
+                })
+                .collect();
+            let got = if self.model.waiting.subscribed.contains(&c) {
+                diff::published(&mut self.subs[usize::from(c)])
+            } else {
+                Vec::new()
+            };
+            prop_assert_eq!(got, want, "messages to client {}", c);
+        }
+        Ok(())
+    }
+
+    /// The semaphore's waiters list and asks, with their TTLs.
+    fn check_waiting(&mut self, want_keys: &mut Vec<String>) -> Result<(), TestCaseError> {
+        let w = self.model.waiting.clone();
+        let now = self.model.now;
+        if !w.list.is_empty() {
+            want_keys.push(WAITERS.to_string());
+            let order: Vec<String> = w.list.iter().map(|&c| client(c)).collect();
+            prop_assert_eq!(
+                self.redis.cmd(&["LRANGE", WAITERS, "0", "-1"]).strings(),
+                order,
+                "the waiters list"
+            );
+            check_ttl(self.redis, WAITERS, w.list_expires - now)?;
+        }
+        if !w.asks.is_empty() {
+            want_keys.push(ASKS.to_string());
+            let mut want: Vec<(String, String)> = w
+                .asks
+                .iter()
+                .map(|k| {
+                    let text = format!(
+                        "{} q{} {} {} {}",
+                        k.ms,
+                        k.req,
+                        k.attempt,
+                        k.take,
+                        field_name(Field::Permit(k.permit))
+                    );
+                    (client(k.client), text)
+                })
+                .collect();
+            want.sort();
+            prop_assert_eq!(diff::hash_fields(self.redis, ASKS), want, "the asks");
+            check_ttl(self.redis, ASKS, w.asks_expires - now)?;
+        }
+        Ok(())
+    }
+
     fn check_keys(&mut self) -> Result<(), TestCaseError> {
+        self.check_messages()?;
         let mut want_keys = Vec::new();
+        self.check_waiting(&mut want_keys)?;
         let now_ms = self.now_ms();
         match self.model.name.clone() {
             Name::Absent => {}
@@ -546,15 +787,52 @@ impl Run<'_> {
 /// loads its scripts, and loading these adds none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_tested_are_the_ones_the_library_loads() {
-    diff::assert_the_librarys_scripts(&[RW_ACQUIRE, RW_RELEASE, RW_LEAVE, SEM_ACQUIRE, SEM_RELEASE, RENEW]).await;
+    diff::assert_the_librarys_scripts(&[
+        RW_ACQUIRE,
+        RW_RELEASE,
+        RW_LEAVE,
+        SEM_ACQUIRE,
+        SEM_RELEASE,
+        SEM_LEAVE,
+        RENEW,
+    ])
+    .await;
 }
 
 #[test]
 fn the_real_scripts_answer_and_write_as_the_model() {
-    diff::run_sequences(step(), |redis, steps| {
+    sequences(step());
+}
+
+/// As above, the semaphore's steps alone: its waiters list, asks, direct
+/// grants and wake-ups.
+#[test]
+fn the_real_semaphore_scripts_answer_publish_and_write_as_the_model() {
+    sequences(sem_step());
+}
+
+/// Runs sequences of `steps` on one server, with a subscriber connection
+/// per semaphore client.
+fn sequences(steps: impl Strategy<Value = Step>) {
+    let server = common::RedisServer::start();
+    let subs = std::cell::RefCell::new((0..CLIENTS).map(|_| server.resp()).collect::<Vec<_>>());
+    diff::run_sequences_on(&server, steps, |redis, steps| {
+        let mut subs = subs.borrow_mut();
+        // Every client starts subscribed (as a listening client of the
+        // library is), with nothing left to read.
+        for (c, sub) in subs.iter_mut().enumerate() {
+            let channel = format!("{WAKE_PREFIX}{}", client(c as u8));
+            sub.cmd(&["UNSUBSCRIBE", &channel]);
+            while sub.next(std::time::Duration::from_millis(1)).is_some() {}
+            sub.cmd(&["SUBSCRIBE", &channel]);
+        }
+        let mut model = Server::new();
+        model.slack = PAST_MS;
+        model.waiting.subscribed = (0..CLIENTS).collect();
         let mut run = Run {
-            model: Server::new(),
+            model,
             redis,
+            subs: &mut subs,
             reqs: Requests::default(),
             tokens: Vec::new(),
             map: Tokens::default(),

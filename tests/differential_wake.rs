@@ -357,7 +357,7 @@ impl Run<'_> {
                 });
             }
             let got = if self.model.subscribed[o as usize] {
-                published(&mut self.subs[o as usize])
+                diff::published(&mut self.subs[o as usize])
             } else {
                 Vec::new()
             };
@@ -431,22 +431,6 @@ impl Run<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_tested_are_the_ones_the_library_loads() {
     diff::assert_the_librarys_scripts(&[ACQUIRE, RELEASE, WAKE_NEXT, RENEW]).await;
-}
-
-/// The payloads `sub` (subscribed to one channel) got since the last call:
-/// everything before the reply to a PING it sends now.
-fn published(sub: &mut Resp) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut reply = sub.cmd(&["PING"]);
-    loop {
-        match reply {
-            Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => {
-                out.push(parts[2].as_str().unwrap_or_default().to_string());
-            }
-            _ => return out,
-        }
-        reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
-    }
 }
 
 #[test]

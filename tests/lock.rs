@@ -969,6 +969,7 @@ async fn a_fresh_take_answers_with_the_bare_token() {
             include_str!("../lua/acquire_free.lua"),
             include_str!("../lua/shared.lua"),
             include_str!("../lua/shared_acquire.lua"),
+            include_str!("../lua/shared_listen.lua"),
             include_str!("../lua/acquire.lua")
         );
         let take = |request: &str| {

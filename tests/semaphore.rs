@@ -623,3 +623,85 @@ async fn drain_release_by_id_and_acquire_with_a_lease() {
     })
     .await
 }
+
+/// A release hands its permit to the client that has waited longest: the
+/// permit is written for that client's waiting attempt and the message
+/// tells it so, with no attempt of its own after the release (each
+/// handoff is one release call), and the waiting clients get the permit in
+/// the order they were refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_permit_to_the_client_waiting_longest() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let p = holder.semaphore("handoff", 1).unwrap().acquire().await.unwrap();
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..4u64 {
+            let c = client(&server.url(), LONG).await;
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let p = c.semaphore("handoff", 1).unwrap().acquire().await.unwrap();
+                order.lock().push(i);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                p.release().await.unwrap();
+                c
+            }));
+            // Listed in turn: each waits until the one before is in line.
+            let listed = || server.cmd(&["LLEN", "lockwarden:{handoff}:waiters"]).as_int() == Some(i as i64 + 1);
+            assert!(eventually(Duration::from_secs(5), listed).await, "waiter {i} listed");
+        }
+        let calls = server.command_calls("evalsha");
+        p.release().await.unwrap();
+        // The clients stay open until counted: a client that closes passes
+        // on any wake-up its channels may have had, with a call of its own.
+        let mut clients = Vec::new();
+        for t in tasks {
+            clients.push(t.await.unwrap());
+        }
+        assert_eq!(*order.lock(), vec![0, 1, 2, 3], "served in the order they were refused");
+        assert_eq!(
+            server.command_calls("evalsha") - calls,
+            5,
+            "five releases, each handing the permit over: no waiter made an attempt after one"
+        );
+    })
+    .await
+}
+
+/// A waiting client that is gone (its wake channel no longer subscribed)
+/// is not handed the permit: the release undoes the grant nobody heard and
+/// hands it to the next client in line instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_nobody_hears_goes_to_the_next_client() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let p = holder.semaphore("gone", 1).unwrap().acquire().await.unwrap();
+        // A client that asked and left: listed, with an ask, and no
+        // subscriber on its wake channel.
+        server.cmd(&["RPUSH", "lockwarden:{gone}:waiters", "ghost"]);
+        server.cmd(&["HSET", "lockwarden:{gone}:asks", "ghost", "20000 req-1 1 1 ghost:p1:r"]);
+        let waiter = client(&server.url(), LONG).await;
+        let wait = tokio::spawn(async move {
+            waiter
+                .semaphore("gone", 1)
+                .unwrap()
+                .try_acquire(Duration::from_secs(10), None)
+                .await
+        });
+        let listed = || server.cmd(&["LLEN", "lockwarden:{gone}:waiters"]).as_int() == Some(2);
+        assert!(eventually(Duration::from_secs(5), listed).await, "the waiter is listed");
+        p.release().await.unwrap();
+        let got = wait.await.unwrap().unwrap().expect("the permit, past the ghost");
+        let owners = server.owners("gone");
+        assert_eq!(owners.len(), 1, "only the waiter holds: {owners:?}");
+        assert!(!owners[0].0.starts_with("ghost"), "{owners:?}");
+        assert_eq!(
+            server.cmd(&["HEXISTS", "lockwarden:{gone}:asks", "ghost"]).as_int(),
+            Some(0)
+        );
+        got.release().await.unwrap();
+    })
+    .await
+}

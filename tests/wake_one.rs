@@ -384,7 +384,7 @@ fn unlock_and_hand_over(server: &RedisServer, name: &str, prefix: &str, then_gon
     let script = concat!(
         include_str!("../lua/shared.lua"),
         include_str!("../lua/shared_wake.lua"),
-        "redis.call('DEL', KEYS[1]) local r = wake_next(2, ARGV[1], 'PUBLISH', '0', {1, 3, 4}) \
+        "redis.call('DEL', KEYS[1]) local r = wake_next(2, ARGV[1], 'PUBLISH', '0', reentrant_grant(1, 3, 4, 2)) \
          if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end return r and 1 or 0"
     );
     let gone = if then_gone { "1" } else { "0" };

@@ -14,7 +14,13 @@ use crate::keys::Str;
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "acquire",
-        lua!("acquire_free.lua", "shared.lua", "shared_acquire.lua", "acquire.lua"),
+        lua!(
+            "acquire_free.lua",
+            "shared.lua",
+            "shared_acquire.lua",
+            "shared_listen.lua",
+            "acquire.lua"
+        ),
     )
 });
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {

@@ -6,14 +6,42 @@
 
 use std::sync::LazyLock;
 
+use fred::types::Value;
+
 use super::LockKeys;
 use super::{lit, ms, name, Acquire, Call, Env, Protocol, Release, Script, UNLOCK_MESSAGE};
 use crate::keys::{Names, Str};
 
-static SEM_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", lua!("shared.lua", "shared_rw.lua", "sem_acquire.lua")));
-static SEM_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "sem_release.lua")));
+static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "acquire",
+        lua!("shared.lua", "shared_rw.lua", "shared_listen.lua", "sem_acquire.lua"),
+    )
+});
+static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "release",
+        lua!(
+            "shared.lua",
+            "shared_rw.lua",
+            "shared_wake.lua",
+            "shared_permits.lua",
+            "sem_release.lua"
+        ),
+    )
+});
+static SEM_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "leave",
+        lua!(
+            "shared.lua",
+            "shared_rw.lua",
+            "shared_wake.lua",
+            "shared_permits.lua",
+            "sem_leave.lua"
+        ),
+    )
+});
 static SEM_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new("available_permits", lua!("shared.lua", "sem_available.lua")));
 static FSEM_ACQUIRE: LazyLock<Script> =
@@ -21,7 +49,8 @@ static FSEM_ACQUIRE: LazyLock<Script> =
 static FSEM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", lua!("shared.lua", "shared_rw.lua", "fsem_release.lua")));
 static FSEM_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new("leave", lua!("shared.lua", "fsem_leave.lua")));
-static SEM_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new("permits", lua!("sem_permits.lua")));
+static SEM_PERMITS: LazyLock<Script> =
+    LazyLock::new(|| Script::new("permits", lua!("shared.lua", "shared_wake.lua", "sem_permits.lua")));
 
 /// A semaphore of `total` permits; an acquisition takes `take` of them.
 pub(super) struct Semaphore {
@@ -43,10 +72,12 @@ impl Protocol for Semaphore {
     /// replay record: `rec` is not used. The request id says which attempt
     /// of the acquisition holds its grant (an attempt whose reply was lost
     /// is given back by a re-send in the background, while a later attempt
-    /// may have taken the grant over).
+    /// may have taken the grant over). A waiting attempt lists its client
+    /// (`a.grant`, its wake id) to be woken, and with `a.grant_lease`
+    /// leaves an ask to be handed the permits, as the reentrant lock's.
     fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
         let (total, take) = (self.total, self.take);
-        Call {
+        let mut call = Call {
             script: &SEM_ACQUIRE,
             keys: vec![&keys.lock, &keys.permits],
             args: vec![
@@ -58,20 +89,62 @@ impl Protocol for Semaphore {
                 a.request.into(),
             ],
             first_send: None,
+        };
+        if a.waiting.waits() {
+            call.keys.push(&keys.waiters);
+            call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
+            if let Some(first) = a.grant_lease {
+                call.keys.push(&keys.asks);
+                call.args.push(ms(first).into());
+                call.args.push((a.attempt as i64).into());
+            }
         }
+        call
     }
 
     fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
-        Call {
-            script: &SEM_RELEASE,
-            keys: vec![&keys.lock, &keys.channel],
-            args: vec![name(r.owner), lit(env.publish), lit(UNLOCK_MESSAGE)],
-            first_send: None,
-        }
+        release_call(keys, name(r.owner), self.total, env)
     }
 
     fn scripts(&self) -> Vec<&'static Script> {
-        vec![&SEM_ACQUIRE, &SEM_RELEASE, &SEM_AVAILABLE, &SEM_PERMITS]
+        vec![&SEM_ACQUIRE, &SEM_RELEASE, &SEM_LEAVE, &SEM_AVAILABLE, &SEM_PERMITS]
+    }
+
+    /// Passes a wake-up on (`lua/sem_leave.lua`): the caller's client may
+    /// have taken a release's wake-up without using it. With `rec`, a wait
+    /// of `owner` (its permit id) that asked for direct grants also takes
+    /// its ask back and gives back a grant it never learned of.
+    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+        let mut call = Call {
+            script: &SEM_LEAVE,
+            ..release_call(keys, lit(""), self.total, env)
+        };
+        if let Some(rec) = rec {
+            let request = rec.strip_prefix(&*keys.req_prefix).unwrap_or(rec);
+            // The ask's field is the client id, the permit id's first part.
+            let client = owner.split(':').next().unwrap_or_default();
+            call.args
+                .extend([Value::from(request), name(owner), Value::from(client)]);
+        }
+        Some(call)
+    }
+}
+
+/// A semaphore's release of `id` (`lua/sem_release.lua`), which hands the
+/// permits it frees to the listed clients, for a handle of `total`.
+fn release_call<'a>(keys: &'a Names, id: Value, total: u32, env: &Env) -> Call<'a> {
+    Call {
+        script: &SEM_RELEASE,
+        keys: vec![&keys.lock, &keys.channel, &keys.waiters, &keys.asks, &keys.permits],
+        args: vec![
+            id,
+            lit(env.publish),
+            lit(UNLOCK_MESSAGE),
+            (total as i64).into(),
+            name(&keys.wake_prefix),
+            keys.req_prefix.as_str().into(),
+        ],
+        first_send: None,
     }
 }
 
@@ -190,7 +263,7 @@ pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) 
     };
     Call {
         script: &SEM_PERMITS,
-        keys: vec![&keys.permits, &keys.queue, &keys.asks],
+        keys: vec![&keys.permits, &keys.queue, &keys.asks, &keys.waiters],
         args: vec![
             lit(op),
             n.into(),
@@ -204,17 +277,12 @@ pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) 
 }
 
 /// Gives back the permits of the acquisition `id`, whoever holds them
-/// (`lua/sem_release.lua`, or `lua/fsem_release.lua` for a fair semaphore
-/// of a handle of `total`): replies 0 released, -1 not held.
-pub(crate) fn release_by_id<'a>(keys: &'a Names, id: &str, fair: Option<u32>, env: &Env) -> Call<'a> {
+/// (`lua/sem_release.lua`, or `lua/fsem_release.lua` for a fair semaphore),
+/// for a handle of `total`: replies 0 released, -1 not held.
+pub(crate) fn release_by_id<'a>(keys: &'a Names, id: &str, total: u32, fair: bool, env: &Env) -> Call<'a> {
     match fair {
-        None => Call {
-            script: &SEM_RELEASE,
-            keys: vec![&keys.lock, &keys.channel],
-            args: vec![id.into(), lit(env.publish), lit(UNLOCK_MESSAGE)],
-            first_send: None,
-        },
-        Some(total) => Call {
+        false => release_call(keys, id.into(), total, env),
+        true => Call {
             script: &FSEM_RELEASE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.asks, &keys.permits],
             args: vec![

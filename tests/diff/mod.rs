@@ -21,6 +21,7 @@ pub const ACQUIRE: &str = concat!(
     include_str!("../../lua/acquire_free.lua"),
     include_str!("../../lua/shared.lua"),
     include_str!("../../lua/shared_acquire.lua"),
+    include_str!("../../lua/shared_listen.lua"),
     include_str!("../../lua/acquire.lua")
 );
 #[allow(dead_code)]
@@ -265,5 +266,22 @@ impl<K: PartialEq + Copy> Requests<K> {
                 (req, true)
             }
         }
+    }
+}
+
+/// The payloads `sub` (subscribed to one channel) got since the last call:
+/// everything before the reply to a PING it sends now.
+#[allow(dead_code)]
+pub fn published(sub: &mut Resp) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut reply = sub.cmd(&["PING"]);
+    loop {
+        match reply {
+            Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => {
+                out.push(parts[2].as_str().unwrap_or_default().to_string());
+            }
+            _ => return out,
+        }
+        reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
     }
 }

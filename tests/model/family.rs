@@ -14,7 +14,7 @@ use stateright::{Model, Property};
 use super::net::{self, Line, Net};
 use super::server::{Owner, Req};
 use super::shared_hash::{
-    AcquireReply, Defect, Field, Holding, Kind, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
+    AcquireReply, Defect, Field, Holding, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
 };
 use super::{KEEP, LEASE};
 
@@ -207,8 +207,9 @@ impl FamilyModel {
                     take,
                     total: PERMITS,
                     lease: LEASE,
-                    waits: true,
+                    mode: Mode::Listening,
                     req: call.req,
+                    ask: None,
                 };
                 Reply::Acquire(s.server.sem_acquire(a, self.defect))
             }
@@ -227,7 +228,7 @@ impl FamilyModel {
             Op::Release {
                 field: Field::Permit(p),
                 ..
-            } => Reply::Release(s.server.sem_release(p)),
+            } => Reply::Release(s.server.sem_release(p, PERMITS)),
             Op::Release { field, token, take } => Reply::Release(s.server.rw_release(
                 RwRelease {
                     field,
@@ -666,6 +667,9 @@ fn shift(s: &mut State) {
     for r in &mut s.server.records {
         r.expires -= n;
     }
+    let w = &mut s.server.waiting;
+    w.list_expires = if w.list.is_empty() { 0 } else { w.list_expires - n };
+    w.asks_expires = if w.asks.is_empty() { 0 } else { w.asks_expires - n };
     for cl in &mut s.clients {
         cl.line.shift(n);
         if let Phase::Held { valid_until, .. } = &mut cl.phase {

@@ -2,8 +2,11 @@
 //! lease of their own in one hash: the read-write lock
 //! (`lua/shared_rw.lua`, `lua/rw_acquire.lua`, `lua/rw_release.lua`,
 //! `lua/rw_leave.lua`) and the semaphore (`lua/sem_acquire.lua`,
-//! `lua/sem_release.lua`), with the watchdog's renewal (`lua/renew.lua`)
-//! of such a hold. One name, one master; both kinds' clients may meet on
+//! `lua/sem_release.lua`, `lua/sem_leave.lua`, with its waiters list, its
+//! grant asks and the messages to its clients' wake channels:
+//! `lua/shared_listen.lua`, `lua/shared_wake.lua`,
+//! `lua/shared_permits.lua`), with the watchdog's renewal
+//! (`lua/renew.lua`) of such a hold. One name, one master; both kinds' clients may meet on
 //! it. Each script is one atomic step making the Lua's decisions in the
 //! Lua's order, pruning included (a script that looks removes the holds
 //! and waiting writers' marks whose deadline passed).
@@ -89,8 +92,10 @@ pub enum Name {
 pub enum AcquireReply {
     /// `{1, token, count}` (a semaphore's grant is `{1, 0, 1}`).
     Granted { token: u64, count: u32 },
-    /// `{0, hint}`: ticks until it may be worth looking again.
-    Refused { hint: i32 },
+    /// `{0, hint}`: ticks until it may be worth looking again; `{0, hint,
+    /// place}` for a listed semaphore waiter: its client's place in the
+    /// waiters list.
+    Refused { hint: i32, place: Option<u32> },
     /// `DEADLOCK`: the write side asked by a reader.
     Deadlock,
     /// `WRONGKIND <kind>`.
@@ -137,16 +142,89 @@ pub struct RwAcquire {
     pub mark: i32,
 }
 
-/// A semaphore acquire's arguments: permit id `permit` takes `take` of
-/// `total` (the handle's number) for `lease`, as request `req`.
+/// A semaphore acquire's arguments: permit id `permit` (of client
+/// `permit / 16`) takes `take` of `total` (the handle's number) for
+/// `lease`, as request `req`.
 #[derive(Clone, Copy, Debug)]
 pub struct SemAcquire {
     pub permit: Owner,
     pub take: u32,
     pub total: u32,
     pub lease: i32,
-    pub waits: bool,
+    pub mode: Mode,
     pub req: Req,
+    /// The wait asks for direct grants: their first lease, and this
+    /// attempt's number.
+    pub ask: Option<(i32, u32)>,
+}
+
+/// How a semaphore attempt waits (its ARGV[5]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// "0": only trying.
+    Try,
+    /// "1": listening, the client's only wait.
+    Listening,
+    /// "2": listening with other waits of the client.
+    WithOthers,
+    /// "3" and "4": as "1" and "2", woken by a release.
+    Woken,
+    WokenWithOthers,
+}
+
+impl Mode {
+    pub fn arg(self) -> &'static str {
+        match self {
+            Mode::Try => "0",
+            Mode::Listening => "1",
+            Mode::WithOthers => "2",
+            Mode::Woken => "3",
+            Mode::WokenWithOthers => "4",
+        }
+    }
+
+    fn woken(self) -> bool {
+        matches!(self, Mode::Woken | Mode::WokenWithOthers)
+    }
+
+    fn alone(self) -> bool {
+        matches!(self, Mode::Listening | Mode::Woken)
+    }
+}
+
+/// A semaphore waiter's ask (client id -> "<ms> <request> <attempt>
+/// <permits> <permit id>").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ask {
+    pub client: Owner,
+    pub ms: i32,
+    pub req: Req,
+    pub attempt: u32,
+    pub take: u32,
+    pub permit: Owner,
+}
+
+/// A message published on a client's wake channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Told {
+    /// "0".
+    Wake,
+    /// "g 0 <ms> <record key> <attempt>".
+    Grant { ms: i32, req: Req, attempt: u32 },
+}
+
+/// The semaphore's waiting clients: its waiters list and grant asks with
+/// their TTLs (each lives to `slack` past the time a refusal gave), which
+/// clients listen on their wake channel, and what the last call told them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Waiting {
+    pub list: Vec<Owner>,
+    pub list_expires: i32,
+    pub asks: Vec<Ask>,
+    pub asks_expires: i32,
+    /// Sorted.
+    pub subscribed: Vec<Owner>,
+    pub told: Vec<(Owner, Told)>,
 }
 
 /// Defects the model can be given back.
@@ -207,6 +285,10 @@ pub struct Server {
     pub foreign_written: bool,
     pub waiter_moved_lease: bool,
     pub freed_another: bool,
+    pub waiting: Waiting,
+    /// How long past the time a refusal gave the waiters list and the
+    /// asks live (the scripts' second, in the model's unit).
+    pub slack: i32,
 }
 
 impl Server {
@@ -220,10 +302,12 @@ impl Server {
             foreign_written: false,
             waiter_moved_lease: false,
             freed_another: false,
+            waiting: Waiting::default(),
+            slack: 1,
         }
     }
 
-    /// The clock moves on; a hash whose TTL came is gone.
+    /// The clock moves on; a key whose TTL came is gone.
     pub fn advance(&mut self, ticks: i32) {
         self.now += ticks;
         if let Name::Hash(h) = &self.name {
@@ -233,6 +317,13 @@ impl Server {
         }
         let now = self.now;
         self.records.retain(|r| r.expires > now);
+        let w = &mut self.waiting;
+        if w.list_expires <= now {
+            w.list.clear();
+        }
+        if w.asks_expires <= now {
+            w.asks.clear();
+        }
     }
 
     pub fn flush(&mut self) {
@@ -240,6 +331,8 @@ impl Server {
         self.counter.value = None;
         self.records.clear();
         self.number = None;
+        self.waiting.list.clear();
+        self.waiting.asks.clear();
     }
 
     /// The live holds (deadline not passed), as `(field, count, deadline)`.
@@ -358,7 +451,157 @@ impl Server {
                 _ => {}
             }
         }
-        AcquireReply::Refused { hint }
+        AcquireReply::Refused { hint, place: None }
+    }
+
+    /// `refuse` of sem_acquire.lua: a listening caller's client is listed
+    /// (at the front when woken) and leaves its ask or takes it back.
+    fn sem_refuse(&mut self, a: &SemAcquire, hint: i32, defect: Option<Defect>) -> AcquireReply {
+        if defect == Some(Defect::MarksAbsentHash) && a.mode != Mode::Try && self.name == Name::Absent {
+            self.name = Name::Stray;
+            self.foreign_written = true;
+        }
+        if a.mode == Mode::Try {
+            return AcquireReply::Refused { hint, place: None };
+        }
+        let client = a.permit / 16;
+        let place = self.listen(client, hint, a.mode.woken());
+        let (now, slack) = (self.now, self.slack);
+        let w = &mut self.waiting;
+        // The asks are looked at only by a caller that gives them (KEYS[4]).
+        if a.ask.is_some() {
+            w.asks.retain(|k| k.client != client);
+        }
+        match a.ask {
+            Some((ms, attempt)) if a.mode.alone() => {
+                // Never shortened while other asks stand (an empty hash is
+                // no key: a new one gets the TTL as given).
+                let end = now + hint + slack;
+                w.asks_expires = if w.asks.is_empty() {
+                    end
+                } else {
+                    w.asks_expires.max(end)
+                };
+                w.asks.push(Ask {
+                    client,
+                    ms,
+                    req: a.req,
+                    attempt,
+                    take: a.take,
+                    permit: a.permit,
+                });
+                w.asks.sort();
+            }
+            _ => {}
+        }
+        AcquireReply::Refused {
+            hint,
+            place: Some(place),
+        }
+    }
+
+    /// `listen` of shared_listen.lua: `client` in the waiters list (at the
+    /// front with `front`), the list kept `ttl` and the slack at least;
+    /// its place.
+    fn listen(&mut self, client: Owner, ttl: i32, front: bool) -> u32 {
+        let end = self.now + ttl + self.slack;
+        let w = &mut self.waiting;
+        let at = match w.list.iter().position(|&c| c == client) {
+            Some(at) => at,
+            None => {
+                if front {
+                    w.list.insert(0, client);
+                } else {
+                    w.list.push(client);
+                }
+                if w.list.len() == 1 {
+                    // A new list: its TTL as given.
+                    w.list_expires = end;
+                    return 0;
+                }
+                if front {
+                    0
+                } else {
+                    w.list.len() - 1
+                }
+            }
+        };
+        w.list_expires = w.list_expires.max(end);
+        at as u32
+    }
+
+    /// `hand_out` of shared_permits.lua: one listed client woken per
+    /// permit free, or handed the permits its ask asks for when they fit.
+    fn hand_out(&mut self, total: u32) {
+        let live = self.live();
+        let mut holders = live.len() as u32;
+        let mut free = i64::from(total) - live.iter().map(|x| i64::from(x.count)).sum::<i64>();
+        for _ in 0..16 {
+            if free <= 0 {
+                return;
+            }
+            let before = free;
+            if !self.wake_next(&mut free, &mut holders) {
+                return;
+            }
+            if free == before {
+                free -= 1;
+            }
+        }
+    }
+
+    /// `wake_next` of shared_wake.lua with the semaphore's grants.
+    fn wake_next(&mut self, free: &mut i64, holders: &mut u32) -> bool {
+        for _ in 0..16 {
+            if self.waiting.list.is_empty() {
+                return false;
+            }
+            let client = self.waiting.list.remove(0);
+            let heard = self.waiting.subscribed.contains(&client);
+            let ask = self.waiting.asks.iter().position(|k| k.client == client);
+            let ask = ask.map(|i| self.waiting.asks.remove(i));
+            let fits = ask.filter(|k| i64::from(k.take) <= *free && self.holding(Field::Permit(k.permit)).is_none());
+            let Some(k) = fits else {
+                if heard {
+                    self.waiting.told.push((client, Told::Wake));
+                    return true;
+                }
+                continue;
+            };
+            let now = self.now;
+            let hold = Holding {
+                field: Field::Permit(k.permit),
+                count: k.take,
+                deadline: now + k.ms,
+                req: Some(k.req),
+            };
+            self.put(Kind::Semaphore, hold);
+            if let Some(h) = self.hash() {
+                h.expires = if *holders == 0 {
+                    now + k.ms
+                } else {
+                    h.expires.max(now + k.ms)
+                };
+            }
+            if heard {
+                *holders += 1;
+                *free -= i64::from(k.take);
+                let told = Told::Grant {
+                    ms: k.ms,
+                    req: k.req,
+                    attempt: k.attempt,
+                };
+                self.waiting.told.push((client, told));
+                return true;
+            }
+            // Nobody heard it: undone at once.
+            if *holders == 0 {
+                self.name = Name::Absent;
+            } else if let Some(h) = self.hash() {
+                h.holds.retain(|x| x.field != hold.field);
+            }
+        }
+        false
     }
 
     /// Re-entry of `field`'s hold: one more level, its deadline never
@@ -643,28 +886,32 @@ impl Server {
 
     /// sem_acquire.lua.
     pub fn sem_acquire(&mut self, a: SemAcquire, defect: Option<Defect>) -> AcquireReply {
-        let SemAcquire {
-            permit: p,
-            take,
-            total,
-            lease,
-            waits,
-            req,
-        } = a;
-        let total = self.total(total);
+        self.waiting.told.clear();
+        let total = self.total(a.total);
         let before = self.live();
         let check_kind = defect != Some(Defect::SemaphoreIgnoresKind);
         let s = match self.snapshot(Kind::Semaphore, check_kind) {
             Ok(s) => s,
             Err(reply) => return reply,
         };
-        let field = Field::Permit(p);
+        let field = Field::Permit(a.permit);
+        let client = a.permit / 16;
         let now = self.now;
         let reply = if let Some(x) = self.holding(field) {
-            if x.req == Some(req) {
+            if x.req == Some(a.req) {
+                if a.ask.is_some() {
+                    // A direct grant to this wait: its lease.
+                    if let Some(h) = self.hash() {
+                        if let Some(y) = h.holds.iter_mut().find(|y| y.field == field) {
+                            y.deadline = y.deadline.max(now + a.lease);
+                        }
+                    }
+                    self.extend(a.lease);
+                    self.waiting.asks.retain(|k| k.client != client);
+                }
                 return AcquireReply::Granted { token: 0, count: 1 };
             }
-            self.refuse(waits, s.soonest.unwrap_or(1), defect)
+            self.sem_refuse(&a, s.soonest.unwrap_or(1), defect)
         } else {
             let used: u32 = self
                 .live()
@@ -673,19 +920,25 @@ impl Server {
                 .filter(|x| defect != Some(Defect::CountsOwnClient) || x.field.client() == field.client())
                 .map(|x| x.count)
                 .sum();
-            if used + take > total {
-                self.refuse(waits, s.soonest.unwrap_or(1), defect)
+            if used + a.take > total {
+                self.sem_refuse(&a, s.soonest.unwrap_or(1), defect)
             } else {
                 self.put(
                     Kind::Semaphore,
                     Holding {
                         field,
-                        count: take,
-                        deadline: now + lease,
-                        req: Some(req),
+                        count: a.take,
+                        deadline: now + a.lease,
+                        req: Some(a.req),
                     },
                 );
-                self.cover(&s, lease);
+                self.cover(&s, a.lease);
+                if matches!(a.mode, Mode::WithOthers | Mode::WokenWithOthers) {
+                    self.listen(client, a.lease, false);
+                }
+                if a.ask.is_some() {
+                    self.waiting.asks.retain(|k| k.client != client);
+                }
                 return AcquireReply::Granted { token: 0, count: 1 };
             }
         };
@@ -693,11 +946,16 @@ impl Server {
         reply
     }
 
-    /// sem_release.lua: true when the permit id held permits (now given
-    /// back).
-    pub fn sem_release(&mut self, p: Owner) -> ReleaseReply {
+    /// sem_release.lua of permit id `p`, for a handle of `total`: the
+    /// permits it frees go to the listed clients.
+    pub fn sem_release(&mut self, p: Owner, total: u32) -> ReleaseReply {
+        self.waiting.told.clear();
         let before = self.live();
         let reply = self.sem_give_back(p);
+        if reply == ReleaseReply::Left(0) {
+            let total = self.total(total);
+            self.hand_out(total);
+        }
         self.check_release(&before, Field::Permit(p), |_| false);
         reply
     }
@@ -717,6 +975,33 @@ impl Server {
             h.holds.retain(|x| x.field != field);
         }
         ReleaseReply::Left(0)
+    }
+
+    /// sem_leave.lua: a client passes a wake-up on; with `stopped`, the
+    /// request and permit id of its wait that stops, which takes its ask
+    /// back and gives back a grant it never learned of.
+    pub fn sem_leave(&mut self, client: Owner, stopped: Option<(Req, Owner)>, total: u32) {
+        self.waiting.told.clear();
+        let before = self.live();
+        let s = match self.snapshot(Kind::Semaphore, true) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        if let Some((req, p)) = stopped {
+            self.waiting.asks.retain(|k| k.client != client || k.req != req);
+            let field = Field::Permit(p);
+            if self.holding(field).is_some_and(|x| x.req == Some(req)) {
+                if s.readers <= 1 {
+                    self.name = Name::Absent;
+                } else if let Some(h) = self.hash() {
+                    h.holds.retain(|x| x.field != field);
+                }
+            }
+        }
+        let total = self.total(total);
+        self.hand_out(total);
+        let field = Field::Permit(stopped.map_or(Owner::MAX, |x| x.1));
+        self.check_release(&before, field, |b| stopped.is_none_or(|(req, _)| b.req != Some(req)));
     }
 
     /// renew.lua for one hold with a deadline of its own: true when the
