@@ -166,7 +166,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     faults: 1,
     foreign: true,
     numbers: 2,
-    depth: Some(15),
+    depth: Some(14),
 };
 
 /// Both kinds on one name.
