@@ -31,14 +31,8 @@ if ARGV[7] then
   if type(ask) == 'string' and string.match(ask, '^%d+ (%S+) ') == ARGV[7] then
     redis.call('HDEL', KEYS[4], ARGV[9])
   end
-  local id = ARGV[8]
-  if s.f[id] and s.f[':q:' .. id] == ARGV[7] then
-    if s.readers <= 1 then
-      redis.call('DEL', KEYS[1])
-    else
-      redis.call('HDEL', KEYS[1], id, ':' .. id, ':q:' .. id)
-    end
-    s.f[id] = nil
+  if s.f[ARGV[8]] and s.f[':q:' .. ARGV[8]] == ARGV[7] then
+    give_back(s, ARGV[8])
   end
 end
 local total = permits_in_force(ARGV[4])

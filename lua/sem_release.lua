@@ -35,14 +35,8 @@ if not s then
   if other then return -1 end
   return refusal
 end
-local me = ARGV[1]
-if not s.f[me] then return -1 end
-if s.readers <= 1 then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('HDEL', KEYS[1], me, ':' .. me, ':q:' .. me)
-end
-s.f[me] = nil
+if not s.f[ARGV[1]] then return -1 end
+give_back(s, ARGV[1])
 local publish = ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 wake_waiters(s, publish, ARGV[3])
 if KEYS[3] then

@@ -4,6 +4,10 @@
 -- is the semaphore hash, KEYS[3] its waiters list, KEYS[4] (optional) the
 -- waiters' grant asks (see sem_acquire.lua).
 --
+-- give_back(s, id) removes the permit id `id` of the snapshot `s` (the
+-- hash goes with its last holder); permits_in_force(handle) is the number
+-- stored at KEYS[5], else the handle's.
+--
 -- hand_out(s, now, publish, msg, total, prefix, rec_prefix)
 --     wakes one listed client per permit free (`total` less those the
 --     live holders of the snapshot `s` hold, s.f as the hash is now), at
@@ -58,6 +62,17 @@ local function hand_out(s, now, publish, msg, total, prefix, rec_prefix)
     -- A plain wake-up counts for one permit.
     if free == before then free = free - 1 end
   end
+end
+
+-- Gives back the permit id `id` that the snapshot `s` has: its fields go,
+-- and the hash with its last holder.
+local function give_back(s, id)
+  if s.readers <= 1 then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('HDEL', KEYS[1], id, ':' .. id, ':q:' .. id)
+  end
+  s.f[id] = nil
 end
 
 -- The number of permits in force: the one stored at KEYS[5], else the

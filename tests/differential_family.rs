@@ -178,11 +178,10 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>())
             .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
         1 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
-        6 => (0..CLIENTS, 0..PERMIT_IDS, 1..3u32, which(), sem_mode(), prop::bool::weighted(0.8), 0..3u32)
-            .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire { client, n, take, which, mode, ask, attempt }),
-        3 => (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(0.8)).prop_map(|(client, n, held)| Step::SemRelease { client, n, held }),
-        1 => (0..CLIENTS, prop::option::of(0..PERMIT_IDS)).prop_map(|(client, stopped)| Step::SemLeave { client, stopped }),
-        1 => (0..CLIENTS, any::<bool>()).prop_map(|(client, on)| Step::Subscribe { client, on }),
+        6 => sem_acquire(),
+        3 => sem_release(0.8),
+        1 => sem_leave(),
+        1 => subscribe(),
         2 => (0..10u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
         2 => (0..8usize).prop_map(Step::HoldEnds),
         1 => (0..4usize).prop_map(Step::MarkEnds),
@@ -199,16 +198,53 @@ fn step() -> impl Strategy<Value = Step> {
 /// lock's steps.
 fn sem_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0..CLIENTS, 0..PERMIT_IDS, 1..3u32, which(), sem_mode(), prop::bool::weighted(0.8), 0..3u32)
-            .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire { client, n, take, which, mode, ask, attempt }),
-        4 => (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(0.9)).prop_map(|(client, n, held)| Step::SemRelease { client, n, held }),
-        1 => (0..CLIENTS, prop::option::of(0..PERMIT_IDS)).prop_map(|(client, stopped)| Step::SemLeave { client, stopped }),
-        1 => (0..CLIENTS, any::<bool>()).prop_map(|(client, on)| Step::Subscribe { client, on }),
+        6 => sem_acquire(),
+        4 => sem_release(0.9),
+        1 => sem_leave(),
+        1 => subscribe(),
         1 => (6..10u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
         1 => (0..8usize).prop_map(Step::HoldEnds),
         1 => Just(Step::Flush),
         1 => (1..4u32).prop_map(Step::SetNumber),
     ]
+}
+
+fn sem_acquire() -> impl Strategy<Value = Step> {
+    (
+        0..CLIENTS,
+        0..PERMIT_IDS,
+        1..3u32,
+        which(),
+        sem_mode(),
+        prop::bool::weighted(0.8),
+        0..3u32,
+    )
+        .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire {
+            client,
+            n,
+            take,
+            which,
+            mode,
+            ask,
+            attempt,
+        })
+}
+
+/// A release, of a permit id the model has holding with probability `held`.
+fn sem_release(held: f64) -> impl Strategy<Value = Step> {
+    (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(held)).prop_map(|(client, n, held)| Step::SemRelease {
+        client,
+        n,
+        held,
+    })
+}
+
+fn sem_leave() -> impl Strategy<Value = Step> {
+    (0..CLIENTS, prop::option::of(0..PERMIT_IDS)).prop_map(|(client, stopped)| Step::SemLeave { client, stopped })
+}
+
+fn subscribe() -> impl Strategy<Value = Step> {
+    (0..CLIENTS, any::<bool>()).prop_map(|(client, on)| Step::Subscribe { client, on })
 }
 
 /// A semaphore attempt's mode (see `Mode`), the modes of a client's only

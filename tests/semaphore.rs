@@ -298,8 +298,12 @@ async fn a_replayed_acquire_or_release_applies_once() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let shared = include_str!("../lua/shared.lua").to_string() + include_str!("../lua/shared_rw.lua");
-        let acquire = shared.clone() + include_str!("../lua/sem_acquire.lua");
-        let release = shared + include_str!("../lua/sem_release.lua");
+        let acquire =
+            shared.clone() + include_str!("../lua/shared_listen.lua") + include_str!("../lua/sem_acquire.lua");
+        let release = shared
+            + include_str!("../lua/shared_wake.lua")
+            + include_str!("../lua/shared_permits.lua")
+            + include_str!("../lua/sem_release.lua");
         let acq_by = |id: &str, req: &str| {
             server.cmd(&[
                 "EVAL",

@@ -325,6 +325,23 @@ fn grant_ask(a: &Acquire<'_>, env: &Env) -> String {
     }
 }
 
+/// What a listening attempt adds to its call, for the kinds whose unlock
+/// wakes one waiting client at a time (`lua/shared_listen.lua`): the
+/// waiters list, then `mode` (when the kind passes how it waits here) and
+/// the client id; with a grant lease, the asks hash, the grant's first
+/// lease and the attempt's number, so the script leaves the wait's ask or
+/// takes the client's back.
+fn push_listening<'a>(call: &mut Call<'a>, keys: &'a LockKeys, a: &Acquire<'_>, mode: Option<Value>) {
+    call.keys.push(&keys.waiters);
+    call.args.extend(mode);
+    call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
+    if let Some(first) = a.grant_lease {
+        call.keys.push(&keys.asks);
+        call.args.push(ms(first).into());
+        call.args.push((a.attempt as i64).into());
+    }
+}
+
 /// One acquire attempt for `owner` with a lease of `lease`. `request`
 /// names the logical attempt (its replay record). `waiting`: when the
 /// caller waits for the lock if this attempt is refused, the refusal leaves

@@ -61,16 +61,7 @@ impl Protocol for Reentrant {
         // attempt reads (see lua/acquire.lua): the waiters list, how it
         // waits, and its client id.
         if a.waiting != Waiting::No {
-            call.keys.push(&keys.waiters);
-            call.args.push(lit(a.waiting.arg()));
-            call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
-            // A waiter that may be handed the lock: its ask (the script
-            // leaves it, or takes the client's back).
-            if let Some(first) = a.grant_lease {
-                call.keys.push(&keys.asks);
-                call.args.push(ms(first).into());
-                call.args.push((a.attempt as i64).into());
-            }
+            super::push_listening(&mut call, keys, a, Some(lit(a.waiting.arg())));
         }
         call
     }

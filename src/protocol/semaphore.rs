@@ -91,13 +91,7 @@ impl Protocol for Semaphore {
             first_send: None,
         };
         if a.waiting.waits() {
-            call.keys.push(&keys.waiters);
-            call.args.push(a.grant.map_or_else(|| lit(""), Value::from));
-            if let Some(first) = a.grant_lease {
-                call.keys.push(&keys.asks);
-                call.args.push(ms(first).into());
-                call.args.push((a.attempt as i64).into());
-            }
+            super::push_listening(&mut call, keys, a, None);
         }
         call
     }

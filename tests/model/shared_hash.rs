@@ -468,20 +468,19 @@ impl Server {
         let place = self.listen(client, hint, a.mode.woken());
         let (now, slack) = (self.now, self.slack);
         let w = &mut self.waiting;
+        // The hash is there while any ask is, the client's own included
+        // (its new ask overwrites that one).
+        let existed = !w.asks.is_empty();
         // The asks are looked at only by a caller that gives them (KEYS[4]).
         if a.ask.is_some() {
             w.asks.retain(|k| k.client != client);
         }
         match a.ask {
             Some((ms, attempt)) if a.mode.alone() => {
-                // Never shortened while other asks stand (an empty hash is
+                // Never shortened while the hash stands (an empty hash is
                 // no key: a new one gets the TTL as given).
                 let end = now + hint + slack;
-                w.asks_expires = if w.asks.is_empty() {
-                    end
-                } else {
-                    w.asks_expires.max(end)
-                };
+                w.asks_expires = if !existed { end } else { w.asks_expires.max(end) };
                 w.asks.push(Ask {
                     client,
                     ms,
