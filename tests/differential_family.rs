@@ -531,7 +531,7 @@ impl Run<'_> {
                     k if held => holding[usize::from(c * PERMIT_IDS + n) % k],
                     _ => permit(c, n),
                 };
-                let want = self.model.sem_release(p, PERMITS);
+                let want = self.model.sem_release(p, PERMITS, None);
                 let got = self.redis.cmd(&[
                     "EVAL",
                     SEM_RELEASE,

@@ -154,6 +154,7 @@ const RW: FamilyBounds = FamilyBounds {
     faults: 1,
     foreign: true,
     numbers: 0,
+    grants: false,
     depth: Some(12),
 };
 
@@ -166,7 +167,21 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     faults: 1,
     foreign: true,
     numbers: 2,
+    grants: false,
     depth: Some(14),
+};
+
+/// The semaphore's direct grants: the same two clients, whose waits ask
+/// for grants and listen for them.
+const GRANTS: FamilyBounds = FamilyBounds {
+    roles: &[Role::Semaphore { take: 1 }, Role::Semaphore { take: 2 }],
+    acquires: 2,
+    calls: 4,
+    faults: 1,
+    foreign: false,
+    numbers: 0,
+    grants: true,
+    depth: Some(13),
 };
 
 /// Both kinds on one name.
@@ -177,6 +192,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     faults: 1,
     foreign: false,
     numbers: 0,
+    grants: false,
     depth: Some(13),
 };
 
@@ -204,7 +220,12 @@ fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
 #[test]
 fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_state() {
     let only = std::env::var("LOCKWARDEN_MODEL_ONLY").ok();
-    for (name, bounds) in [("RW", RW), ("SEMAPHORE", SEMAPHORE), ("MIXED", MIXED)] {
+    for (name, bounds) in [
+        ("RW", RW),
+        ("SEMAPHORE", SEMAPHORE),
+        ("GRANTS", GRANTS),
+        ("MIXED", MIXED),
+    ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
@@ -215,7 +236,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 9] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 10] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -239,6 +260,16 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 9] = [
         "no script writes a key that is not a hold",
     ),
     (FamilyDefect::SemaphoreIgnoresKind, MIXED, EXCLUSION),
+    // A late release of the client's earlier permit id hands the other
+    // client, waiting for 2, both permits while 1 is held.
+    (
+        FamilyDefect::GrantIgnoresFit,
+        FamilyBounds {
+            depth: Some(15),
+            ..GRANTS
+        },
+        "the number's permits bound the server's holds",
+    ),
     // A dead writer keeps a waiting reader out past its lease.
     (
         FamilyDefect::NoPruning,

@@ -15,6 +15,7 @@ use super::net::{self, Line, Net};
 use super::server::{Owner, Req};
 use super::shared_hash::{
     AcquireReply, Defect, Field, Holding, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
+    Told,
 };
 use super::{KEEP, LEASE};
 
@@ -43,6 +44,11 @@ pub struct Bounds {
     pub foreign: bool,
     /// Changes of the semaphore's stored number (to none, and back).
     pub numbers: u8,
+    /// Semaphore waits ask for direct grants and listen for them: one
+    /// request id per wait, its attempts numbered, a release's grant or
+    /// wake-up message delivered (or lost) as a step, a stopped wait's
+    /// leave (sem_leave.lua) run later or never.
+    pub grants: bool,
     pub depth: Option<usize>,
 }
 
@@ -71,7 +77,9 @@ pub enum Phase {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
-    Acquire(Field),
+    /// An acquire attempt; a semaphore wait's number for it (from 1), 0
+    /// otherwise.
+    Acquire(Field, u8),
     Release {
         field: Field,
         token: u64,
@@ -87,6 +95,16 @@ pub enum Reply {
 
 pub type Call = net::Call<Op, Reply>;
 
+/// A semaphore wait that asks for direct grants: its request id, its
+/// latest attempt's number and when that attempt was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Wait {
+    pub req: Req,
+    pub attempt: u8,
+    pub sent: i32,
+    pub permit: Owner,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientState {
     pub phase: Phase,
@@ -96,6 +114,12 @@ pub struct ClientState {
     pub levels_unknown: bool,
     pub lost_release_not_refused: bool,
     pub levels_disagree: bool,
+    /// With grants: the wait in progress (its client listens meanwhile),
+    /// the messages on their way to it, and the leave of a wait that
+    /// stopped without the permits (its request and permit id).
+    pub wait: Option<Wait>,
+    pub inbox: Vec<Told>,
+    pub leave: Option<(Req, Owner)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -106,6 +130,8 @@ pub struct State {
     pub numbers_left: u8,
     pub have_held: u8,
     pub data_lost: bool,
+    /// A waiter took a release's grant message for its permits.
+    pub handed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -126,6 +152,12 @@ pub enum Action {
     WriteForeign,
     /// The semaphore's stored number set to 0, or to [`PERMITS`].
     SetNumber(u32),
+    /// The first message on its way to a client arrives, or is lost.
+    Deliver(usize),
+    LoseMessage(usize),
+    /// A stopped wait's leave reaches the server, or is lost.
+    RunLeave(usize),
+    LoseLeave(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -200,7 +232,7 @@ impl FamilyModel {
 
     fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
         match call.op {
-            Op::Acquire(Field::Permit(p)) => {
+            Op::Acquire(Field::Permit(p), attempt) => {
                 let take = self.take_of(c);
                 let a = SemAcquire {
                     permit: p,
@@ -209,11 +241,13 @@ impl FamilyModel {
                     lease: LEASE,
                     mode: Mode::Listening,
                     req: call.req,
-                    ask: None,
+                    ask: self.bounds.grants.then_some((LEASE, u32::from(attempt))),
                 };
-                Reply::Acquire(s.server.sem_acquire(a, self.defect))
+                let reply = s.server.sem_acquire(a, self.defect);
+                Self::post(s);
+                Reply::Acquire(reply)
             }
-            Op::Acquire(field) => Reply::Acquire(s.server.rw_acquire(
+            Op::Acquire(field, _) => Reply::Acquire(s.server.rw_acquire(
                 RwAcquire {
                     field,
                     req: call.req,
@@ -228,7 +262,11 @@ impl FamilyModel {
             Op::Release {
                 field: Field::Permit(p),
                 ..
-            } => Reply::Release(s.server.sem_release(p, PERMITS)),
+            } => {
+                let reply = s.server.sem_release(p, PERMITS, self.defect);
+                Self::post(s);
+                Reply::Release(reply)
+            }
             Op::Release { field, token, take } => Reply::Release(s.server.rw_release(
                 RwRelease {
                     field,
@@ -248,7 +286,7 @@ impl FamilyModel {
         let cl = &mut s.clients[c];
         let Some((call, reply)) = cl.line.heard() else { return };
         match (call.op, reply) {
-            (Op::Acquire(field), Reply::Acquire(AcquireReply::Granted { token, count })) => match cl.phase {
+            (Op::Acquire(field, _), Reply::Acquire(AcquireReply::Granted { token, count })) => match cl.phase {
                 Phase::Held {
                     count: was,
                     token: t,
@@ -284,12 +322,12 @@ impl FamilyModel {
                     s.have_held |= 1 << c;
                 }
             },
-            (Op::Acquire(field), Reply::Acquire(AcquireReply::Refused { .. })) => {
+            (Op::Acquire(field, _), Reply::Acquire(AcquireReply::Refused { .. })) => {
                 if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
                     cl.phase = Phase::Waiting { field };
                 }
             }
-            (Op::Acquire(_), Reply::Acquire(_)) => {
+            (Op::Acquire(..), Reply::Acquire(_)) => {
                 if matches!(cl.phase, Phase::Waiting { .. }) {
                     cl.phase = Phase::Idle;
                 }
@@ -347,6 +385,85 @@ impl FamilyModel {
         }
     }
 
+    /// What the last script told the clients' wake channels goes on its
+    /// way to them (the server tells only the clients that listen).
+    fn post(s: &mut State) {
+        for (o, told) in std::mem::take(&mut s.server.waiting.told) {
+            if let Some(cl) = s.clients.get_mut(usize::from(o)) {
+                cl.inbox.push(told);
+            }
+        }
+    }
+
+    /// A semaphore wait's first attempt (`wait` none: the wait gets the
+    /// request `fresh`) or a later one, for `permit`: the wait's request
+    /// and the attempt's number; its client listens.
+    fn attempt(s: &mut State, c: usize, fresh: Req, permit: Owner) -> (Req, u8) {
+        let now = s.server.now;
+        let w = s.clients[c].wait.get_or_insert(Wait {
+            req: fresh,
+            attempt: 0,
+            sent: now,
+            permit,
+        });
+        w.attempt += 1;
+        w.sent = now;
+        let (req, attempt) = (w.req, w.attempt);
+        let listening = &mut s.server.waiting.subscribed;
+        if !listening.contains(&(c as Owner)) {
+            listening.push(c as Owner);
+            listening.sort();
+        }
+        (req, attempt)
+    }
+
+    /// A wait that is over (its client holds, or stopped waiting): the
+    /// client stops listening, the messages on their way find no wait, and
+    /// a wait that stopped without the permits leaves (later, or never).
+    fn settle(s: &mut State, c: usize) {
+        let cl = &mut s.clients[c];
+        let Some(w) = cl.wait else { return };
+        let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
+        match cl.phase {
+            Phase::Waiting { .. } => return,
+            Phase::Idle if acquiring => return,
+            Phase::Held { .. } => {}
+            _ => cl.leave = Some((w.req, w.permit)),
+        }
+        cl.wait = None;
+        cl.inbox.clear();
+        s.server.waiting.subscribed.retain(|&o| usize::from(o) != c);
+    }
+
+    /// The first message on its way to client `c` arrives: a grant that
+    /// names its wait's latest attempt, with half its lease left as
+    /// counted from that attempt's send, is its permits.
+    fn deliver(&self, s: &mut State, c: usize) {
+        let now = s.server.now;
+        let cl = &mut s.clients[c];
+        if cl.inbox.is_empty() {
+            return;
+        }
+        let Told::Grant { ms, req, attempt } = cl.inbox.remove(0) else {
+            return;
+        };
+        let (Some(w), Phase::Waiting { field }) = (cl.wait, cl.phase) else {
+            return;
+        };
+        let named = u32::from(w.attempt) == attempt;
+        if w.req == req && named && cl.line.call.is_none() && now < w.sent + ms / 2 {
+            cl.phase = Phase::Held {
+                field,
+                token: 0,
+                take: Some(req),
+                count: 1,
+                valid_until: w.sent + ms,
+            };
+            s.have_held |= 1 << c;
+            s.handed = true;
+        }
+    }
+
     fn renew(&self, s: &mut State, c: usize, heard: bool) {
         let now = s.server.now;
         let Phase::Held {
@@ -395,12 +512,16 @@ impl Model for FamilyModel {
                     levels_unknown: false,
                     lost_release_not_refused: false,
                     levels_disagree: false,
+                    wait: None,
+                    inbox: Vec::new(),
+                    leave: None,
                 })
                 .collect(),
             faults_left: self.bounds.faults,
             numbers_left: self.bounds.numbers,
             have_held: 0,
             data_lost: false,
+            handed: false,
         }]
     }
 
@@ -414,15 +535,15 @@ impl Model for FamilyModel {
                         let n = self.bounds.acquires - cl.acquires_left;
                         match self.bounds.roles[c] {
                             Role::Rw => {
-                                actions.push(Action::Start(c, Op::Acquire(Field::Reader(owner_of(c, 0)))));
-                                actions.push(Action::Start(c, Op::Acquire(Field::Writer(owner_of(c, 0)))));
+                                actions.push(Action::Start(c, Op::Acquire(Field::Reader(owner_of(c, 0)), 0)));
+                                actions.push(Action::Start(c, Op::Acquire(Field::Writer(owner_of(c, 0)), 0)));
                             }
                             Role::Semaphore { .. } => {
-                                actions.push(Action::Start(c, Op::Acquire(Field::Permit(owner_of(c, n)))))
+                                actions.push(Action::Start(c, Op::Acquire(Field::Permit(owner_of(c, n)), 0)))
                             }
                         }
                     }
-                    Phase::Waiting { field } => actions.push(Action::Start(c, Op::Acquire(field))),
+                    Phase::Waiting { field } => actions.push(Action::Start(c, Op::Acquire(field, 0))),
                     Phase::Held {
                         field,
                         token,
@@ -431,7 +552,7 @@ impl Model for FamilyModel {
                         ..
                     } => {
                         if count < 2 && !matches!(field, Field::Permit(_)) {
-                            actions.push(Action::Start(c, Op::Acquire(field)));
+                            actions.push(Action::Start(c, Op::Acquire(field, 0)));
                         }
                         actions.push(Action::Start(c, Op::Release { field, token, take }));
                     }
@@ -453,6 +574,14 @@ impl Model for FamilyModel {
             if matches!(cl.phase, Phase::Held { .. }) && !releasing {
                 actions.push(Action::Renew(c));
                 actions.push(Action::RenewUnheard(c));
+            }
+            if !cl.inbox.is_empty() {
+                actions.push(Action::Deliver(c));
+                actions.push(Action::LoseMessage(c));
+            }
+            if cl.leave.is_some() {
+                actions.push(Action::RunLeave(c));
+                actions.push(Action::LoseLeave(c));
             }
             let mut net = Vec::new();
             cl.line.offer(now, &mut net);
@@ -482,12 +611,18 @@ impl Model for FamilyModel {
         match action {
             Action::Start(c, op) => {
                 let cl = &mut s.clients[c];
-                let req = (c as Req) * 64 + Req::from(self.bounds.calls - cl.calls_left);
-                if matches!(op, Op::Acquire(_)) && cl.phase == Phase::Idle {
+                let mut req = (c as Req) * 64 + Req::from(self.bounds.calls - cl.calls_left);
+                if matches!(op, Op::Acquire(..)) && cl.phase == Phase::Idle {
                     cl.acquires_left -= 1;
                 }
                 cl.calls_left -= 1;
-                cl.line.call = Some(Call::new(op, req, now));
+                let mut op = op;
+                if let (Op::Acquire(Field::Permit(p), _), true) = (op, self.bounds.grants) {
+                    let (wait, n) = Self::attempt(&mut s, c, req, p);
+                    req = wait;
+                    op = Op::Acquire(Field::Permit(p), n);
+                }
+                s.clients[c].line.call = Some(Call::new(op, req, now));
             }
             Action::Net(c, Net::Run) => {
                 let (call, first) = s.clients[c].line.sent()?;
@@ -508,8 +643,8 @@ impl Model for FamilyModel {
                 let cl = &mut s.clients[c];
                 let call = cl.line.give_up()?;
                 match (call.op, cl.phase) {
-                    (Op::Acquire(_), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
-                    (Op::Acquire(_), _) => cl.levels_unknown = true,
+                    (Op::Acquire(..), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
+                    (Op::Acquire(..), _) => cl.levels_unknown = true,
                     (Op::Release { .. }, _) => cl.phase = Phase::Idle,
                 }
             }
@@ -549,6 +684,19 @@ impl Model for FamilyModel {
                 s.numbers_left -= 1;
                 s.server.set_number(n);
             }
+            Action::Deliver(c) => self.deliver(&mut s, c),
+            Action::LoseMessage(c) => {
+                s.clients[c].inbox.remove(0);
+            }
+            Action::RunLeave(c) => {
+                let (req, p) = s.clients[c].leave.take()?;
+                s.server.sem_leave(c as Owner, Some((req, p)), PERMITS);
+                Self::post(&mut s);
+            }
+            Action::LoseLeave(c) => s.clients[c].leave = None,
+        }
+        for c in 0..s.clients.len() {
+            Self::settle(&mut s, c);
         }
         Some(s)
     }
@@ -596,6 +744,9 @@ impl Model for FamilyModel {
                 "a waiter nothing stands against gets the name by its next attempt",
                 |m, s| m.unopposed_waiters_get_in(s),
             ),
+            Property::<Self>::sometimes("a waiter is handed its permits by a release", |m, s| {
+                !m.bounds.grants || s.handed
+            }),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
             }),
@@ -639,7 +790,7 @@ impl FamilyModel {
                 return true;
             }
             [
-                Action::Start(c, Op::Acquire(field)),
+                Action::Start(c, Op::Acquire(field, 0)),
                 Action::Net(c, Net::Run),
                 Action::Net(c, Net::Hear),
             ]
@@ -672,6 +823,9 @@ fn shift(s: &mut State) {
     w.asks_expires = if w.asks.is_empty() { 0 } else { w.asks_expires - n };
     for cl in &mut s.clients {
         cl.line.shift(n);
+        if let Some(w) = cl.wait.as_mut() {
+            w.sent = back(w.sent, -LEASE);
+        }
         if let Phase::Held { valid_until, .. } = &mut cl.phase {
             *valid_until = back(*valid_until, 0);
         }

@@ -254,6 +254,9 @@ pub enum Defect {
     /// not there (the number lowered below its take): a stray hash without
     /// kind or TTL. Found by this model in the real script, and fixed.
     MarksAbsentHash,
+    /// A release hands a listed client the permits its ask asks for
+    /// whether or not they fit in those free.
+    GrantIgnoresFit,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -531,7 +534,7 @@ impl Server {
 
     /// `hand_out` of shared_permits.lua: one listed client woken per
     /// permit free, or handed the permits its ask asks for when they fit.
-    fn hand_out(&mut self, total: u32) {
+    fn hand_out(&mut self, total: u32, defect: Option<Defect>) {
         let live = self.live();
         let mut holders = live.len() as u32;
         let mut free = i64::from(total) - live.iter().map(|x| i64::from(x.count)).sum::<i64>();
@@ -540,7 +543,7 @@ impl Server {
                 return;
             }
             let before = free;
-            if !self.wake_next(&mut free, &mut holders) {
+            if !self.wake_next(&mut free, &mut holders, defect) {
                 return;
             }
             if free == before {
@@ -550,7 +553,7 @@ impl Server {
     }
 
     /// `wake_next` of shared_wake.lua with the semaphore's grants.
-    fn wake_next(&mut self, free: &mut i64, holders: &mut u32) -> bool {
+    fn wake_next(&mut self, free: &mut i64, holders: &mut u32, defect: Option<Defect>) -> bool {
         for _ in 0..16 {
             if self.waiting.list.is_empty() {
                 return false;
@@ -559,7 +562,10 @@ impl Server {
             let heard = self.waiting.subscribed.contains(&client);
             let ask = self.waiting.asks.iter().position(|k| k.client == client);
             let ask = ask.map(|i| self.waiting.asks.remove(i));
-            let fits = ask.filter(|k| i64::from(k.take) <= *free && self.holding(Field::Permit(k.permit)).is_none());
+            let fits = ask.filter(|k| {
+                let fits = i64::from(k.take) <= *free || defect == Some(Defect::GrantIgnoresFit);
+                fits && self.holding(Field::Permit(k.permit)).is_none()
+            });
             let Some(k) = fits else {
                 if heard {
                     self.waiting.told.push((client, Told::Wake));
@@ -947,13 +953,13 @@ impl Server {
 
     /// sem_release.lua of permit id `p`, for a handle of `total`: the
     /// permits it frees go to the listed clients.
-    pub fn sem_release(&mut self, p: Owner, total: u32) -> ReleaseReply {
+    pub fn sem_release(&mut self, p: Owner, total: u32, defect: Option<Defect>) -> ReleaseReply {
         self.waiting.told.clear();
         let before = self.live();
         let reply = self.sem_give_back(p);
         if reply == ReleaseReply::Left(0) {
             let total = self.total(total);
-            self.hand_out(total);
+            self.hand_out(total, defect);
         }
         self.check_release(&before, Field::Permit(p), |_| false);
         reply
@@ -998,7 +1004,7 @@ impl Server {
             }
         }
         let total = self.total(total);
-        self.hand_out(total);
+        self.hand_out(total, None);
         let field = Field::Permit(stopped.map_or(Owner::MAX, |x| x.1));
         self.check_release(&before, field, |b| stopped.is_none_or(|(req, _)| b.req != Some(req)));
     }
