@@ -83,7 +83,7 @@ local s, refusal = snapshot(now, 'semaphore')
 if not s then return refusal end
 
 -- The refusal: ms until permits may come back. A listening caller's
--- client is listed (see listen, shared_wake.lua), at the front when a
+-- client is listed (listen, shared_listen.lua), at the front when a
 -- release woke it, and leaves its ask or takes it back; a list or asks
 -- key of another type leaves the waiter to look again by `ms`.
 local function refuse(ms)
