@@ -155,7 +155,7 @@ const RW: FamilyBounds = FamilyBounds {
     foreign: true,
     numbers: 0,
     grants: false,
-    depth: Some(12),
+    depth: Some(11),
 };
 
 /// The semaphore's: acquisitions of 1 and of 2 of its 2 permits, its
@@ -168,7 +168,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     foreign: true,
     numbers: 2,
     grants: false,
-    depth: Some(14),
+    depth: Some(13),
 };
 
 /// The semaphore's direct grants: the same two clients, whose waits ask
@@ -213,7 +213,11 @@ fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
 }
 
 fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
-    bounds.depth = depth(name, bounds.depth, 3);
+    // The read-write and semaphore bounds' test-command depths were cut by
+    // one to pay for the semaphore's grants; their longer runs stay where
+    // they were.
+    let long = if name == "RW" || name == "SEMAPHORE" { 4 } else { 3 };
+    bounds.depth = depth(name, bounds.depth, long);
     bounds
 }
 
@@ -245,7 +249,7 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 10] = [
     (FamilyDefect::ReadIgnoresWriter, RW, EXCLUSION),
     (
         FamilyDefect::ReleaseIgnoresToken,
-        RW,
+        FamilyBounds { depth: Some(12), ..RW },
         "a release never frees another's hold",
     ),
     (FamilyDefect::CounterRestartsAtOne, RW, "write tokens only grow"),
