@@ -622,8 +622,11 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_the_
         let proxy = Proxy::start(server.port).await;
         let holder = client(&server.url(), LONG).await;
         let held = holder.lock("late").unwrap().lock().await.unwrap();
-        // Looks every second; grants' first lease 400 ms (its lease).
-        let c = waiting_client(&proxy.url(), Duration::from_secs(1), Duration::from_secs(5)).await;
+        // Looks every 2 s; grants' first lease 400 ms (its lease): the
+        // grant lapses long before the waiter's next look, which then finds
+        // the lock taken by another (with looks 1 s apart, a slow machine
+        // let the next look come while the grant still stood, and take it).
+        let c = waiting_client(&proxy.url(), Duration::from_secs(2), Duration::from_secs(5)).await;
         let lock = c.lock("late").unwrap();
         let waiter = tokio::spawn(async move {
             let g = lock
@@ -634,7 +637,7 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_the_
             (Instant::now(), g)
         });
         assert!(eventually(Duration::from_secs(5), || listed(&server, "late") == 1).await);
-        // Right after one of the waiter's looks (the next is a second away),
+        // Right after one of the waiter's looks (the next is 2 s away),
         // the unlock hands it the lock.
         let before = attempts(&server);
         assert!(eventually(Duration::from_secs(3), || attempts(&server) > before).await);
