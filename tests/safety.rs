@@ -399,7 +399,8 @@ async fn a_quorum_waiter_facing_a_split_does_not_spin() {
 
 /// Two of five masters stopped (SIGSTOP: they accept connections and never
 /// answer): the client is built and takes a lock about one per-master
-/// timeout after a majority answered.
+/// timeout after a majority answered (bounded at 4: a loaded machine took
+/// 0.94 s once; the behaviour this guards against took 4.3 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_client_is_usable_once_a_majority_answers() {
     bounded(Duration::from_secs(60), async {
@@ -418,7 +419,7 @@ async fn a_quorum_client_is_usable_once_a_majority_answers() {
         let locked = t.elapsed();
         g.unlock().await.unwrap();
         eprintln!("built in {built:?}, locked after {locked:?}");
-        assert!(locked < node_timeout * 3, "built in {built:?}, locked after {locked:?}");
+        assert!(locked < node_timeout * 4, "built in {built:?}, locked after {locked:?}");
         servers[0].resume();
         servers[3].resume();
     })
