@@ -7,6 +7,8 @@
 --          head with an ask listens on ARGV[2] .. the wake id at its end
 -- KEYS[5]  the reentrant lock's waiters list (clients whose waits sleep,
 --          see shared_wake.lua; absent for other kinds)
+-- KEYS[6]  a read-write lock's writers' channel (its waiting writers
+--          listen there; told only for a read-write lock, see ARGV[4])
 -- ARGV[1]  message to publish
 -- ARGV[2]  prefix of the waiters' wake channels (fair waiters, and the
 --          clients of the reentrant lock's waiters list)
@@ -24,7 +26,8 @@
 --
 -- A read-write lock's 'mode' field is not an owner (see rw_acquire.lua).
 --
--- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2], one on the wake
+-- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2] (and on KEYS[6] for
+-- a read-write lock: its writers' marks went with the hash), one on the wake
 -- channel of the queue's head when there is one, and one to the first
 -- client of KEYS[5] that still listens (wake_next). The fencing-token counter
 -- and the queue are kept, so tokens keep increasing and fair order stays.
@@ -60,6 +63,9 @@ if ARGV[4] == 'read' or ARGV[4] == 'write' then
 end
 redis.call('DEL', KEYS[1])
 redis.pcall(publish, KEYS[2], ARGV[1])
+if (ARGV[4] == 'read' or ARGV[4] == 'write') and KEYS[6] then
+  redis.pcall(publish, KEYS[6], ARGV[1])
+end
 local head = redis.pcall('LINDEX', KEYS[3], 0)
 if type(head) == 'string' then
   local ask = KEYS[4] and redis.pcall('HGET', KEYS[4], head)

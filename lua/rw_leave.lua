@@ -2,7 +2,8 @@
 -- its wait was dropped): its mark goes, so readers are held back no more.
 --
 -- KEYS[1]  the lock hash (fields: see shared_rw.lua)
--- KEYS[2]  the lock's unlock channel
+-- KEYS[2]  the lock's unlock channel (its readers listen there)
+-- KEYS[3]  the lock's writers' channel
 -- ARGV[1]  the writer's owner field
 -- ARGV[2]  "SPUBLISH" on a cluster, anything else for PUBLISH
 -- ARGV[3]  the message to publish when readers may go on
@@ -11,8 +12,9 @@
 -- error "WRONGTYPE <type> 1", or the server's own refusal.
 --
 -- Side effects: HDEL of the mark. When it was the last mark and no writer
--- holds the lock, waiting readers are told (if ':wait' says one listens);
--- a hash left without holders or marks is deleted.
+-- holds the lock, waiting readers are told, and waiting writers too when
+-- no reader holds it (tell_sides, if ':wait' says one listens); a hash
+-- left without holders or marks is deleted.
 
 local now = now_ms()
 local s, refusal, other = snapshot(now, 'rw')
@@ -32,6 +34,7 @@ if not others and not s.writer then
   if s.readers == 0 then
     redis.call('DEL', KEYS[1])
   end
-  wake_waiters(s, ARGV[2], ARGV[3])
+  s.ww = 0
+  tell_sides(s, now, s.readers == 0, 3, ARGV[2], ARGV[3])
 end
 return 1

@@ -1,12 +1,13 @@
 -- rw_release: leave one level of one side of a read-write lock.
 --
 -- KEYS[1]  the lock hash (fields: see shared_rw.lua)
--- KEYS[2]  the lock's unlock channel
+-- KEYS[2]  the lock's unlock channel (its readers listen there)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
+-- KEYS[4]  the lock's writers' channel (its waiting writers listen there)
 -- ARGV[1]  the caller's field (as rw_acquire.lua)
 -- ARGV[2]  lease in ms to re-apply while levels remain, 0 to leave it
 -- ARGV[3]  replay-record lifetime in ms (> 0)
--- ARGV[4]  message to publish on KEYS[2] when waiters may go on
+-- ARGV[4]  message to publish when waiters may go on
 -- ARGV[5]  the write hold's fencing token, or "" when unknown (ignored for
 --          the read side)
 -- ARGV[6]  "SPUBLISH" on a cluster, anything else for PUBLISH
@@ -25,9 +26,11 @@
 --
 -- Side effects: the last level removes the caller's field and its
 -- deadline. When no live holder is left the hash is deleted, but for the
--- marks of waiting writers, kept until their deadlines. The channel is told
--- (when ':wait' says someone listens) once the lock is free, or when a
--- writer leaves and only readers are left (waiting readers may join them).
+-- marks of waiting writers, kept until their deadlines. When ':wait' says
+-- someone listens, the side that can get in is told (tell_sides): the
+-- writers once the lock is free, the readers once it is free or a writer
+-- leaves only readers behind, unless a waiting writer's mark holds new
+-- readers back (they would only be refused again).
 -- Every reply is recorded at KEYS[3] but a write release that freed the
 -- lock with its token given: a later write hold has a higher token, and a
 -- replay finds no hold to touch.
@@ -71,7 +74,7 @@ if count > 0 then
   return count
 end
 
-local wake = false
+local wake, free = false, false
 if read then
   redis.call('HDEL', KEYS[1], me, ':' .. me, ':q:' .. me)
   readers = readers - 1
@@ -83,10 +86,10 @@ end
 if not writer and readers == 0 then
   redis.call('DEL', KEYS[1])
   keep_marks(s, now)
-  wake = true
+  wake, free = true, true
 end
 if wake then
-  wake_waiters(s, ARGV[6], ARGV[4])
+  tell_sides(s, now, free, 4, ARGV[6], ARGV[4])
 end
 if read or ARGV[5] == '' then
   redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])

@@ -45,14 +45,24 @@
 --                   is of every kind.
 -- is_reader(f)      whether the owner field f is a reader's
 -- keep_marks(s, now) re-writes the live writers' marks of s into KEYS[1]
---                   (after a DEL), with its ':kind' and a TTL to the
---                   latest one
+--                   (after a DEL), with its ':kind', a TTL to the latest
+--                   one, and ':wait' when s had it: readers held back by a
+--                   mark are not told the lock is free (tell_sides), so
+--                   the next hold's release must still tell them
 -- cover(s, ms)      makes the hash's TTL cover a new hold of ms: never
 --                   shortened while s had holders, set as it is otherwise
 -- wake_waiters(s, how, message)
 --                   publishes message on KEYS[2] (SPUBLISH when how says
 --                   so) if s has ':wait' (a waiter listens); a refused
 --                   PUBLISH only leaves waiters to their lease bound
+-- tell_sides(s, now, free, writers, how, message)
+--                   the read-write lock's wake-up, if s has ':wait' (a
+--                   waiter listens): message on the writers' channel
+--                   (KEYS[writers]) when the lock is free, and on the
+--                   readers' channel (KEYS[2]) unless a live writer's mark
+--                   (s.ww, as it stands after the caller's changes) holds
+--                   new readers back; so a waiter is told only when it
+--                   can get in (SPUBLISH when how says so)
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -113,6 +123,9 @@ local function keep_marks(s, now)
     end
   end
   if s.ww > now then
+    if s.f[':wait'] then
+      redis.call('HSET', KEYS[1], ':wait', '1')
+    end
     redis.call('PEXPIRE', KEYS[1], s.ww - now)
   end
 end
@@ -128,5 +141,16 @@ end
 local function wake_waiters(s, how, message)
   if s.f[':wait'] then
     redis.pcall(how == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', KEYS[2], message)
+  end
+end
+
+local function tell_sides(s, now, free, writers, how, message)
+  if not s.f[':wait'] then return end
+  local publish = how == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
+  if free then
+    redis.pcall(publish, KEYS[writers], message)
+  end
+  if s.ww <= now then
+    redis.pcall(publish, KEYS[2], message)
   end
 end

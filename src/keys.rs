@@ -7,6 +7,7 @@
 //! |---|---|
 //! | lock hash | `PN` |
 //! | unlock channel | `lockwarden:{PN}:channel` |
+//! | read-write lock: its waiting writers' channel | `lockwarden:{PN}:writers` |
 //! | fencing-token counter | `lockwarden:{PN}:token` |
 //! | replay record of one request | `lockwarden:{PN}:req:<request-id>` |
 //! | reentrant lock, semaphore: clients whose waits sleep (list) | `lockwarden:{PN}:waiters` |
@@ -56,6 +57,9 @@ pub(crate) struct Names {
     /// The lock hash.
     pub lock: Str,
     pub channel: Str,
+    /// Read-write lock: the channel its waiting writers listen on (its
+    /// readers listen on `channel`), told only when the lock is free.
+    pub writers: Str,
     pub token: Str,
     /// `lockwarden:{PN}:req:`; a request id is appended.
     pub req_prefix: String,
@@ -119,6 +123,7 @@ impl Names {
             name: name.to_string(),
             lock: full.into(),
             channel: format!("{base}:channel").into(),
+            writers: format!("{base}:writers").into(),
             token: format!("{base}:token").into(),
             req_prefix: format!("{base}:req:"),
             waiters: format!("{base}:waiters").into(),

@@ -4,8 +4,10 @@
 //! handles on one lock hash (see `lua/shared_rw.lua` for its fields); a
 //! reader's field is its owner field followed by `:r`, so an owner's read
 //! and write holds are two holds. The read side waits with
-//! `wait::Shared`; the write side also keeps alive, while it waits, its
-//! mark that holds new readers back.
+//! `wait::Shared`; the write side listens on the lock's writers' channel
+//! (told only when the lock is free, so a writer is not woken to be
+//! refused by readers, nor readers to be refused by a writer's mark) and
+//! keeps alive, while it waits, its mark that holds new readers back.
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,15 +15,16 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::keys::Str;
 use crate::pubsub::Interest;
-use crate::wait::{LeaveOnExit, Outcome, Policy, Refusal, Request, Shared, Target};
+use crate::wait::{Channel, LeaveOnExit, Outcome, Policy, Refusal, Request, Shared, Target};
 
-/// The write side's policy: the readers' (`wait::Shared`), a pause short enough
+/// The write side's policy: the readers' (`wait::Shared`) on the writers'
+/// channel, a pause short enough
 /// that each attempt renews the writer's mark before it lapses, and the
 /// mark taken back when the wait ends without the lock (given up, failed or
 /// dropped: in the background then).
 pub(crate) struct WriteWait {
-    /// The readers' policy: the writer shares their channel, and every
-    /// wait of the client is woken by a message.
+    /// The readers' policy: every wait of the client listening on the
+    /// writers' channel is woken by a message there.
     inner: Shared,
     refresh: Duration,
     /// Armed while an attempt may have left the mark and nothing took it
@@ -40,6 +43,12 @@ impl WriteWait {
 }
 
 impl Policy for WriteWait {
+    /// The lock's writers' channel: `rw_release.lua` tells it when the
+    /// lock is free, the readers' channel when readers may join.
+    fn channel(&mut self, t: Target<'_>) -> Channel {
+        Channel::Named(t.keys.writers.clone())
+    }
+
     /// This turn's attempt waits, so a refusal leaves the mark.
     fn turn(
         &mut self,

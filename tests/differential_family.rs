@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use common::{Reply, Resp};
 use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, RENEW, SLACK};
 use model::shared_hash::{
-    AcquireReply, Field, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server, Told,
+    AcquireReply, Field, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server, Sides, Told,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -73,6 +73,7 @@ const LOCK: &str = "{fam}:lock";
 const COUNTER: &str = "{fam}:token";
 const NUMBER: &str = "{fam}:permits";
 const CHANNEL: &str = "{fam}:channel";
+const WRITERS: &str = "{fam}:writers";
 const WAITERS: &str = "{fam}:waiters";
 const ASKS: &str = "{fam}:asks";
 const WAKE_PREFIX: &str = "{fam}:wake:";
@@ -193,6 +194,23 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The read-write lock's steps alone (and the faults that meet them): its
+/// wake-ups (which side's channel a release or a leave tells) come up far
+/// more often than among the semaphore's steps.
+fn rw_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..3usize, prop::bool::weighted(0.8))
+            .prop_map(|(owner, read, which, resent, lease, waits)| Step::RwAcquire { owner, read, which, resent, lease, waits }),
+        5 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..2u8, 0..2u8, any::<bool>())
+            .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
+        2 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
+        1 => (0..6u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
+        1 => (0..8usize).prop_map(Step::HoldEnds),
+        1 => (0..4usize).prop_map(Step::MarkEnds),
+        1 => Just(Step::Flush),
+    ]
+}
+
 /// The semaphore's steps alone (and the faults that meet them): its waits,
 /// direct grants and wake-ups come up far more often than among the read-write
 /// lock's steps.
@@ -258,6 +276,8 @@ struct Run<'a> {
     redis: &'a mut Resp,
     /// One subscriber connection per semaphore client.
     subs: &'a mut [Resp],
+    /// Subscribed to the read-write lock's two channels.
+    sides: &'a mut Resp,
     /// Requests so far, by field.
     reqs: Requests<Field>,
     /// Write tokens handed out (model values).
@@ -415,7 +435,8 @@ impl Run<'_> {
                     keep: KEEP,
                     first,
                 };
-                let want = self.model.rw_release(r, None);
+                diff::messages(self.sides);
+                let (want, told) = self.model.rw_release_telling(r, None);
                 let token_arg = match token {
                     Some(t) => self.real(t)?.to_string(),
                     None => String::new(),
@@ -423,10 +444,11 @@ impl Run<'_> {
                 let got = self.redis.cmd(&[
                     "EVAL",
                     RW_RELEASE,
-                    "3",
+                    "4",
                     LOCK,
                     CHANNEL,
                     &record(req),
+                    WRITERS,
                     &field_name(field),
                     &relet.to_string(),
                     &KEEP.to_string(),
@@ -437,25 +459,29 @@ impl Run<'_> {
                     &take.map(|q| format!("q{q}")).unwrap_or_default(),
                 ]);
                 Self::check_release(want, &got)?;
+                self.check_sides(told)?;
             }
             Step::RwLeave { owner } => {
-                let want = self.model.rw_leave(owner);
+                diff::messages(self.sides);
+                let want = self.model.rw_leave_telling(owner);
                 let got = self.redis.cmd(&[
                     "EVAL",
                     RW_LEAVE,
-                    "2",
+                    "3",
                     LOCK,
                     CHANNEL,
+                    WRITERS,
                     &field_name(Field::Writer(owner)),
                     "PUBLISH",
                     "0",
                 ]);
                 let ok = match (want, &got) {
-                    (Ok(true), Reply::Int(1)) | (Ok(false), Reply::Int(0)) => true,
+                    (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
                     (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
                     _ => false,
                 };
                 prop_assert!(ok, "leave: the model answers {want:?}, the server {got:?}");
+                self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
             }
             Step::SemAcquire {
                 client: c,
@@ -687,6 +713,27 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The read-write lock's channels the step published on, against the
+    /// model's: a writer told only when it can take the lock, readers only
+    /// when no writer's mark holds them back.
+    fn check_sides(&mut self, want: Sides) -> Result<(), TestCaseError> {
+        let mut got: Vec<String> = diff::messages(self.sides)
+            .into_iter()
+            .map(|(channel, message)| format!("{channel} {message}"))
+            .collect();
+        got.sort();
+        let mut expected = Vec::new();
+        if want.readers {
+            expected.push(format!("{CHANNEL} 0"));
+        }
+        if want.writers {
+            expected.push(format!("{WRITERS} 0"));
+        }
+        expected.sort();
+        prop_assert_eq!(got, expected, "the read-write lock's wake-ups");
+        Ok(())
+    }
+
     /// The messages each subscribed semaphore client got in the step,
     /// against the model's (a message to a client not subscribed reaches
     /// nobody, and the model tells none).
@@ -840,6 +887,13 @@ fn the_real_scripts_answer_and_write_as_the_model() {
     sequences(step());
 }
 
+/// As above, the read-write lock's steps alone: which of its channels each
+/// release and leave tells.
+#[test]
+fn the_real_read_write_scripts_answer_publish_and_write_as_the_model() {
+    sequences(rw_step());
+}
+
 /// As above, the semaphore's steps alone: its waiters list, asks, direct
 /// grants and wake-ups.
 #[test]
@@ -852,8 +906,13 @@ fn the_real_semaphore_scripts_answer_publish_and_write_as_the_model() {
 fn sequences(steps: impl Strategy<Value = Step>) {
     let server = common::RedisServer::start();
     let subs = std::cell::RefCell::new((0..CLIENTS).map(|_| server.resp()).collect::<Vec<_>>());
+    let mut sides = server.resp();
+    sides.cmd(&["SUBSCRIBE", CHANNEL]);
+    sides.cmd(&["SUBSCRIBE", WRITERS]);
+    let sides = std::cell::RefCell::new(sides);
     diff::run_sequences_on(&server, steps, |redis, steps| {
         let mut subs = subs.borrow_mut();
+        let mut sides = sides.borrow_mut();
         // Every client starts subscribed (as a listening client of the
         // library is), with nothing left to read.
         for (c, sub) in subs.iter_mut().enumerate() {
@@ -869,6 +928,7 @@ fn sequences(steps: impl Strategy<Value = Step>) {
             model,
             redis,
             subs: &mut subs,
+            sides: &mut sides,
             reqs: Requests::default(),
             tokens: Vec::new(),
             map: Tokens::default(),

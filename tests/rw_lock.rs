@@ -432,10 +432,11 @@ async fn replayed_calls_apply_once() {
                 server.cmd(&[
                     "EVAL",
                     &release,
-                    "3",
+                    "4",
                     "replay",
                     "lockwarden:{replay}:channel",
                     rec,
+                    "lockwarden:{replay}:writers",
                     field,
                     "0",
                     "60000",
@@ -769,7 +770,8 @@ async fn waits_of_one_client_on_both_sides_get_in_by_messages() {
                 done.fetch_add(1, Ordering::SeqCst);
             }));
         }
-        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+        // The readers' channel and the writers'.
+        assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 2).await);
         tokio::time::sleep(Duration::from_millis(200)).await;
         w.unlock().await.unwrap();
         assert!(
@@ -812,6 +814,75 @@ async fn a_read_release_leaves_a_newer_read_hold_of_its_task_alone() {
         let r = again.lock().await.unwrap();
         r.unlock().await.unwrap();
         assert!(readers(&server, "named").is_empty());
+    })
+    .await
+}
+
+/// The last reader's release, with a writer waiting, tells the writers'
+/// channel only: the readers waiting behind the writer's mark are not woken
+/// to be refused again (each would make an attempt), and the writer is woken
+/// by the message, not by its pause. The writer's release then lets the
+/// readers in, again by a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        // Waiting writers re-check every 10 s and readers held back by a
+        // mark at its end (30 s): only messages wake them within the bound.
+        let slow = || {
+            lockwarden::Client::builder(&server.url())
+                .watchdog_lease(LONG)
+                .fair_waiter_timeout(LONG)
+                .build()
+        };
+        let holder = slow().await.unwrap();
+        let r = holder.rw_lock("turns").unwrap().read();
+        let held = r.try_lock(Duration::ZERO, Some(LONG)).await.unwrap().expect("free");
+        let wc = slow().await.unwrap();
+        let w = wc.rw_lock("turns").unwrap().write();
+        let writer = tokio::spawn(async move { w.try_lock(LONG, Some(LONG)).await });
+        assert!(eventually(Duration::from_secs(5), || marks(&server, "turns") == 1).await);
+        let mut waiting = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let c = slow().await.unwrap();
+            let r = c.rw_lock("turns").unwrap().read();
+            waiting.push(tokio::spawn(async move { r.try_lock(LONG, Some(LONG)).await }));
+            clients.push(c);
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || clients
+                .iter()
+                .all(|c| c.waiting_channels() == 1))
+            .await
+        );
+        // Each reader's listening attempt was refused (it listens once it
+        // made one after subscribing).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let calls = server.command_calls("evalsha");
+        held.unlock().await.unwrap();
+        let wg = tokio::time::timeout(Duration::from_secs(3), writer)
+            .await
+            .expect("the writer woken by the release")
+            .unwrap()
+            .unwrap()
+            .expect("the writer's lock");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            server.command_calls("evalsha") - calls,
+            2,
+            "the release and the writer's attempt, no reader's"
+        );
+        wg.unlock().await.unwrap();
+        for h in waiting {
+            let g = tokio::time::timeout(Duration::from_secs(3), h)
+                .await
+                .expect("a reader woken by the writer's release")
+                .unwrap()
+                .unwrap()
+                .expect("the read lock");
+            g.unlock().await.unwrap();
+        }
     })
     .await
 }

@@ -443,7 +443,14 @@ pub(crate) trait Protocol: Send + Sync {
 fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'a> {
     Call {
         script: &FORCE_UNLOCK,
-        keys: vec![&keys.lock, &keys.channel, &keys.queue, &keys.asks, &keys.waiters],
+        keys: vec![
+            &keys.lock,
+            &keys.channel,
+            &keys.queue,
+            &keys.asks,
+            &keys.waiters,
+            &keys.writers,
+        ],
         args: vec![
             lit(UNLOCK_MESSAGE),
             name(&keys.wake_prefix),

@@ -57,7 +57,7 @@ impl Protocol for Side {
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_RELEASE,
-            keys: vec![&keys.lock, &keys.channel, rec],
+            keys: vec![&keys.lock, &keys.channel, rec, &keys.writers],
             args: {
                 // ARGV[8]: the read hold's identity (rw_release.lua).
                 let mut args = channel_release_args(r, env);
@@ -76,7 +76,7 @@ impl Protocol for Side {
     fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
         (!self.read).then(|| Call {
             script: &RW_LEAVE,
-            keys: vec![&keys.lock, &keys.channel],
+            keys: vec![&keys.lock, &keys.channel, &keys.writers],
             args: vec![name(owner), lit(env.publish), lit(UNLOCK_MESSAGE)],
             first_send: None,
         })

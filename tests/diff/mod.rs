@@ -273,12 +273,19 @@ impl<K: PartialEq + Copy> Requests<K> {
 /// everything before the reply to a PING it sends now.
 #[allow(dead_code)]
 pub fn published(sub: &mut Resp) -> Vec<String> {
+    messages(sub).into_iter().map(|(_, m)| m).collect()
+}
+
+/// As [`published`], each message with its channel.
+#[allow(dead_code)]
+pub fn messages(sub: &mut Resp) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut reply = sub.cmd(&["PING"]);
     loop {
         match reply {
             Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => {
-                out.push(parts[2].as_str().unwrap_or_default().to_string());
+                let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
+                out.push((text(1), text(2)));
             }
             _ => return out,
         }

@@ -204,6 +204,28 @@ pub struct Ask {
     pub permit: Owner,
 }
 
+/// Which of a read-write lock's two channels a call published on
+/// (`tell_sides` of shared_rw.lua).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sides {
+    /// The lock's channel, where its readers listen.
+    pub readers: bool,
+    /// The writers' channel.
+    pub writers: bool,
+}
+
+impl Sides {
+    /// A wake-up of a lock where a waiter listens: the writers when the
+    /// lock is `free`, the readers unless a writer's mark (the latest
+    /// deadline `ww`) holds new readers back at `now`.
+    fn told(free: bool, ww: i32, now: i32) -> Sides {
+        Sides {
+            readers: ww <= now,
+            writers: free,
+        }
+    }
+}
+
 /// A message published on a client's wake channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Told {
@@ -745,12 +767,17 @@ impl Server {
 
     /// rw_release.lua.
     pub fn rw_release(&mut self, r: RwRelease, defect: Option<Defect>) -> ReleaseReply {
+        self.rw_release_telling(r, defect).0
+    }
+
+    /// rw_release.lua, with the channels it published on.
+    pub fn rw_release_telling(&mut self, r: RwRelease, defect: Option<Defect>) -> (ReleaseReply, Sides) {
         let before = self.live();
         let token = match &self.name {
             Name::Hash(h) => h.token,
             _ => None,
         };
-        let reply = self.rw_leave_level(r, defect);
+        let (reply, told) = self.rw_leave_level(r, defect);
         let stale_write = r.token.is_some() && r.token != token;
         self.check_release(&before, r.field, |b| {
             if b.field.is_reader() {
@@ -759,7 +786,7 @@ impl Server {
                 stale_write
             }
         });
-        reply
+        (reply, told)
     }
 
     /// A release changed no live hold but the caller's own (`stale`: the
@@ -775,25 +802,27 @@ impl Server {
         }
     }
 
-    fn rw_leave_level(&mut self, r: RwRelease, defect: Option<Defect>) -> ReleaseReply {
+    fn rw_leave_level(&mut self, r: RwRelease, defect: Option<Defect>) -> (ReleaseReply, Sides) {
+        let none = Sides::default();
         if !r.first {
             if let Some(Recorded::Left(n)) = recorded(&self.records, r.req) {
-                return ReleaseReply::Left(n);
+                return (ReleaseReply::Left(n), none);
             }
         }
         let s = match self.snapshot(Kind::Rw, true) {
             Ok(s) => s,
-            Err(e) => return Self::release_refusal(e),
+            Err(e) => return (Self::release_refusal(e), none),
         };
         let Some(mine) = self.holding(r.field) else {
-            return ReleaseReply::NotHeld;
+            return (ReleaseReply::NotHeld, none);
         };
+        let listened = self.hash().is_some_and(|h| h.wait);
         let read = r.field.is_reader();
         let hash_token = self.hash().and_then(|h| h.token);
         if !read && defect != Some(Defect::ReleaseIgnoresToken) {
             if let Some(t) = r.token {
                 if hash_token.unwrap_or(0) != t {
-                    return ReleaseReply::NotHeld;
+                    return (ReleaseReply::NotHeld, none);
                 }
             }
         }
@@ -804,7 +833,7 @@ impl Server {
             && mine.req.is_some()
             && mine.req != r.take
         {
-            return ReleaseReply::NotHeld;
+            return (ReleaseReply::NotHeld, none);
         }
         let now = self.now;
         if mine.count > 1 {
@@ -821,9 +850,11 @@ impl Server {
                 self.extend(r.relet);
             }
             set_record(&mut self.records, r.req, Recorded::Left(count), now + r.keep);
-            return ReleaseReply::Left(count);
+            return (ReleaseReply::Left(count), none);
         }
         let (mut writer, mut readers) = (s.writer.is_some(), s.readers);
+        // A writer that leaves readers behind wakes readers who may join.
+        let mut wake = !read && readers > 0;
         if let Some(h) = self.hash() {
             h.holds.retain(|x| x.field != r.field);
             if read {
@@ -833,19 +864,23 @@ impl Server {
                 writer = false;
             }
         }
-        if !writer && readers == 0 {
+        let free = !writer && readers == 0;
+        if free {
+            wake = true;
             // DEL, then keep_marks: the live marks written back with the
             // kind, the TTL to the latest.
             let marks = self.hash().map(|h| h.marks.clone()).unwrap_or_default();
             self.name = if marks.is_empty() {
                 Name::Absent
             } else {
+                // ':wait' is kept with them: the readers they hold
+                // back are not told, and the next release must tell them.
                 Name::Hash(Hash {
                     kind: Kind::Rw,
                     holds: Vec::new(),
                     token: None,
                     marks,
-                    wait: false,
+                    wait: listened,
                     expires: s.ww,
                 })
             };
@@ -853,7 +888,12 @@ impl Server {
         if read || r.token.is_none() {
             set_record(&mut self.records, r.req, Recorded::Left(0), now + r.keep);
         }
-        ReleaseReply::Left(0)
+        let told = if wake && listened {
+            Sides::told(free, s.ww, now)
+        } else {
+            none
+        };
+        (ReleaseReply::Left(0), told)
     }
 
     /// A release's reply when the snapshot refused: a key of another type
@@ -868,20 +908,35 @@ impl Server {
     /// rw_leave.lua: the waiting writer `o` stops waiting. True when its
     /// mark was there.
     pub fn rw_leave(&mut self, o: Owner) -> Result<bool, ReleaseReply> {
+        self.rw_leave_telling(o).map(|(left, _)| left)
+    }
+
+    /// rw_leave.lua, with the channels it published on.
+    pub fn rw_leave_telling(&mut self, o: Owner) -> Result<(bool, Sides), ReleaseReply> {
+        let none = Sides::default();
         let s = match self.snapshot(Kind::Rw, true) {
             Ok(s) => s,
             Err(AcquireReply::WrongType) => return Err(ReleaseReply::WrongType),
-            Err(_) => return Ok(false),
+            Err(_) => return Ok((false, none)),
         };
-        let Some(h) = self.hash() else { return Ok(false) };
+        let now = self.now;
+        let Some(h) = self.hash() else { return Ok((false, none)) };
         if !h.marks.iter().any(|&(w, _)| w == o) {
-            return Ok(false);
+            return Ok((false, none));
         }
         h.marks.retain(|&(w, _)| w != o);
-        if h.marks.is_empty() && s.writer.is_none() && s.readers == 0 {
-            self.name = Name::Absent;
+        let (last, listened) = (h.marks.is_empty(), h.wait);
+        let mut told = none;
+        if last && s.writer.is_none() {
+            let free = s.readers == 0;
+            if free {
+                self.name = Name::Absent;
+            }
+            if listened {
+                told = Sides::told(free, 0, now);
+            }
         }
-        Ok(true)
+        Ok((true, told))
     }
 
     /// The number of permits in force: the stored one, else the handle's.
