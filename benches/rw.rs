@@ -1,16 +1,19 @@
-//! The read-write lock under a read-heavy load, beside the same load on the
-//! reentrant lock (every reader exclusive), in one run against one
-//! throwaway server:
+//! The read-write lock under a read-heavy load (W7), beside a peer and
+//! the reentrant lock, in one run against one throwaway server:
 //!
 //!     cargo bench --bench rw
 //!
 //! 8 reader tasks and 1 writer task, each with its own client, on one lock
 //! name. A reader holds the read side for `HOLD` (standing for the work it
-//! does under the lock), a writer the write side for the same time. Each
-//! row runs `LOCKWARDEN_RW_SECS` seconds (default 5; `cargo test --benches`
-//! runs half a second) and reports reads/s, writes/s, the writer's wait
-//! (p50, p99, max), Redis commands per acquisition and the safety checks:
-//! no reader while a writer holds the lock, never two writers.
+//! does under the lock), a writer the write side for the same time. Rows:
+//! lockwarden's read-write lock; the peer, the `rlock` crate's read-write
+//! lock at its defaults (it prefers readers and polls every 100 ms); and the
+//! reentrant lock, where readers exclude each other too. Each row runs
+//! `LOCKWARDEN_RW_SECS` seconds (default 5; `cargo test --benches` runs half
+//! a second) and reports reads/s, writes/s, the writer's share of the
+//! acquisitions, the writer's and the readers' waits (p50, p99, max), Redis
+//! commands, Redis CPU and script calls per acquisition, and the safety
+//! checks: no reader while a writer holds the lock, never two writers.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -19,9 +22,102 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{percentile_ms, RedisServer};
+use rlock::AcquireOptions;
 
 const READERS: usize = 8;
 const HOLD: Duration = Duration::from_micros(500);
+/// How long one acquisition may wait before the task asks again.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// What a row runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// `Client::rw_lock`.
+    Rw,
+    /// The peer: the `rlock` crate's read-write lock (a sorted set of
+    /// readers and a writer key, scripts that read the server's time, a
+    /// waiter that tries again every 100 ms; readers never wait for a
+    /// waiting writer).
+    Rlock,
+    /// `Client::lock` for every task: readers exclude each other too.
+    Plain,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Rw => "rw lock",
+            Kind::Rlock => "rlock",
+            Kind::Plain => "plain lock",
+        }
+    }
+}
+
+/// One task's handle on the row's name: takes its side and gives it back.
+enum Side {
+    Lockwarden(lockwarden::Lock),
+    Rlock {
+        client: rlock::async_lock::RLock,
+        name: String,
+        write: bool,
+    },
+}
+
+/// A hold of either library, given back by `release`.
+enum Hold {
+    Lockwarden(lockwarden::LockGuard),
+    Read(rlock::async_lock::RReadLockGuard),
+    Write(rlock::async_lock::RWriteLockGuard),
+}
+
+impl Side {
+    async fn new(server: &RedisServer, kind: Kind, name: &str, write: bool) -> Side {
+        if kind == Kind::Rlock {
+            let client = rlock::async_lock::RLock::new(server.url()).await.unwrap();
+            return Side::Rlock {
+                client,
+                name: name.to_string(),
+                write,
+            };
+        }
+        let client = lockwarden::Client::connect(&server.url()).await.unwrap();
+        Side::Lockwarden(match (kind, write) {
+            (Kind::Rw, false) => client.rw_lock(name).unwrap().read(),
+            (Kind::Rw, true) => client.rw_lock(name).unwrap().write(),
+            _ => client.lock(name).unwrap(),
+        })
+    }
+
+    /// `None` when `PATIENCE` passed first.
+    async fn take(&self) -> Option<Hold> {
+        match self {
+            Side::Lockwarden(lock) => lock.try_lock(PATIENCE, None).await.unwrap().map(Hold::Lockwarden),
+            Side::Rlock { client, name, write } => {
+                let options = AcquireOptions::builder().lock_timeout(Some(PATIENCE)).build().unwrap();
+                let taken = if *write {
+                    client.acquire_write_with_options(name, options).await.map(Hold::Write)
+                } else {
+                    client.acquire_read_with_options(name, options).await.map(Hold::Read)
+                };
+                match taken {
+                    Ok(hold) => Some(hold),
+                    Err(rlock::AcquireError::LockTimeout) => None,
+                    Err(e) => panic!("rlock: {e}"),
+                }
+            }
+        }
+    }
+}
+
+impl Hold {
+    async fn release(self) {
+        match self {
+            Hold::Lockwarden(g) => g.unlock().await.unwrap(),
+            Hold::Read(mut g) => g.release().await.unwrap(),
+            Hold::Write(mut g) => g.release().await.unwrap(),
+        }
+    }
+}
 
 #[derive(Default)]
 struct Shared {
@@ -32,86 +128,98 @@ struct Shared {
     writes: AtomicU64,
 }
 
-struct Row {
-    reads: u64,
-    writes: u64,
-    secs: f64,
-    write_waits: Vec<Duration>,
-    cmds: u64,
-    violations: u64,
-}
-
-/// One row: `rw` uses the read-write lock, otherwise every task takes the
-/// reentrant lock (readers exclude each other too).
-async fn row(server: &RedisServer, rw: bool, secs: f64) -> Row {
-    let name = format!("rw-bench-{}", if rw { "rw" } else { "plain" });
-    let shared = Arc::new(Shared::default());
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let before = server.commands_processed();
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..READERS {
-        let client = lockwarden::Client::connect(&server.url()).await.unwrap();
-        let lock = if rw {
-            client.rw_lock(&name).unwrap().read()
-        } else {
-            client.lock(&name).unwrap()
+/// One task: takes its side until `end`, checks what it may overlap with,
+/// and returns its waits.
+async fn task(side: Side, write: bool, plain: bool, s: Arc<Shared>, end: Instant) -> Vec<Duration> {
+    let mut waits = Vec::new();
+    while Instant::now() < end {
+        let asked = Instant::now();
+        let Some(hold) = side.take().await else {
+            continue;
         };
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < end {
-                let Some(g) = lock.try_lock(Duration::from_secs(5), None).await.unwrap() else {
-                    continue;
-                };
-                shared.reading.fetch_add(1, Ordering::SeqCst);
-                if shared.writing.load(Ordering::SeqCst) {
-                    shared.violations.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::time::sleep(HOLD).await;
-                shared.reading.fetch_sub(1, Ordering::SeqCst);
-                shared.reads.fetch_add(1, Ordering::SeqCst);
-                g.unlock().await.unwrap();
-            }
-            Vec::new()
-        }));
-    }
-    let client = lockwarden::Client::connect(&server.url()).await.unwrap();
-    let lock = if rw {
-        client.rw_lock(&name).unwrap().write()
-    } else {
-        client.lock(&name).unwrap()
-    };
-    let s = shared.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut waits = Vec::new();
-        while Instant::now() < end {
-            let asked = Instant::now();
-            let Some(g) = lock.try_lock(Duration::from_secs(5), None).await.unwrap() else {
-                continue;
-            };
-            waits.push(asked.elapsed());
-            if s.writing.swap(true, Ordering::SeqCst) || (rw && s.reading.load(Ordering::SeqCst) > 0) {
+        waits.push(asked.elapsed());
+        if write {
+            if s.writing.swap(true, Ordering::SeqCst) || (!plain && s.reading.load(Ordering::SeqCst) > 0) {
                 s.violations.fetch_add(1, Ordering::SeqCst);
             }
-            tokio::time::sleep(HOLD).await;
+        } else {
+            s.reading.fetch_add(1, Ordering::SeqCst);
+            if s.writing.load(Ordering::SeqCst) {
+                s.violations.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        tokio::time::sleep(HOLD).await;
+        if write {
             s.writing.store(false, Ordering::SeqCst);
             s.writes.fetch_add(1, Ordering::SeqCst);
-            g.unlock().await.unwrap();
+        } else {
+            s.reading.fetch_sub(1, Ordering::SeqCst);
+            s.reads.fetch_add(1, Ordering::SeqCst);
         }
-        waits
-    }));
-    let mut write_waits = Vec::new();
-    for t in tasks {
-        write_waits.extend(t.await.unwrap());
+        hold.release().await;
     }
-    Row {
-        reads: shared.reads.load(Ordering::SeqCst),
-        writes: shared.writes.load(Ordering::SeqCst),
-        secs: started.elapsed().as_secs_f64(),
-        write_waits,
-        cmds: server.commands_processed() - before,
-        violations: shared.violations.load(Ordering::SeqCst),
+    waits
+}
+
+async fn row(server: &RedisServer, kind: Kind, secs: f64) {
+    let name = format!("rw-bench-{}", kind.label().replace(' ', "-"));
+    let shared = Arc::new(Shared::default());
+    let mut sides = Vec::new();
+    for i in 0..=READERS {
+        sides.push((Side::new(server, kind, &name, i == READERS).await, i == READERS));
     }
+    let (before, scripts_before, cpu_before) = (
+        server.commands_processed(),
+        server.command_calls("evalsha") + server.command_calls("eval"),
+        server.cpu_seconds(),
+    );
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(secs);
+    let plain = kind == Kind::Plain;
+    let tasks: Vec<_> = sides
+        .into_iter()
+        .map(|(side, write)| (write, tokio::spawn(task(side, write, plain, shared.clone(), end))))
+        .collect();
+    let (mut read_waits, mut write_waits) = (Vec::new(), Vec::new());
+    for (write, t) in tasks {
+        let waits = t.await.unwrap();
+        if write {
+            write_waits.extend(waits);
+        } else {
+            read_waits.extend(waits);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (reads, writes) = (
+        shared.reads.load(Ordering::SeqCst),
+        shared.writes.load(Ordering::SeqCst),
+    );
+    let n = (reads + writes).max(1) as f64;
+    read_waits.sort();
+    write_waits.sort();
+    let waits = |w: &[Duration]| {
+        format!(
+            "{:.2}/{:.2}/{:.2}",
+            percentile_ms(w, 0.5),
+            percentile_ms(w, 0.99),
+            w.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        )
+    };
+    let violations = shared.violations.load(Ordering::SeqCst);
+    println!(
+        "{:<11} {:>8.0} {:>8.0} {:>6.1} % {:>20} {:>20} {:>9.1} {:>9.1} {:>9.2} {:>10}",
+        kind.label(),
+        reads as f64 / secs,
+        writes as f64 / secs,
+        writes as f64 * 100.0 / n,
+        waits(&write_waits),
+        waits(&read_waits),
+        (server.commands_processed() - before) as f64 / n,
+        (server.cpu_seconds() - cpu_before) * 1e6 / n,
+        (server.command_calls("evalsha") + server.command_calls("eval") - scripts_before) as f64 / n,
+        violations
+    );
+    assert_eq!(violations, 0, "{}: a reader and a writer overlapped", kind.label());
 }
 
 fn main() {
@@ -132,25 +240,20 @@ fn main() {
     rt.block_on(async {
         let server = RedisServer::start();
         println!(
-            "{:<11} {:>8} {:>8} {:>22} {:>9} {:>10}",
-            "", "reads/s", "writes/s", "write wait p50/p99/max", "cmds/acq", "violations"
+            "{:<11} {:>8} {:>8} {:>8} {:>20} {:>20} {:>9} {:>9} {:>9} {:>10}",
+            "",
+            "reads/s",
+            "writes/s",
+            "writes",
+            "write wait ms",
+            "read wait ms",
+            "cmds/acq",
+            "redis µs",
+            "evals/acq",
+            "violations"
         );
-        for rw in [true, false] {
-            let mut r = row(&server, rw, secs).await;
-            r.write_waits.sort();
-            let label = if rw { "rw lock" } else { "plain lock" };
-            let acquisitions = (r.reads + r.writes).max(1);
-            println!(
-                "{label:<11} {:>8.0} {:>8.0} {:>8.2}/{:.2}/{:.2} ms {:>9.1} {:>10}",
-                r.reads as f64 / r.secs,
-                r.writes as f64 / r.secs,
-                percentile_ms(&r.write_waits, 0.5),
-                percentile_ms(&r.write_waits, 0.99),
-                r.write_waits.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
-                r.cmds as f64 / acquisitions as f64,
-                r.violations
-            );
-            assert_eq!(r.violations, 0, "{label}: a reader and a writer overlapped");
+        for kind in [Kind::Rw, Kind::Rlock, Kind::Plain] {
+            row(&server, kind, secs).await;
         }
     });
 }
