@@ -8,8 +8,10 @@
 //! `LOCKWARDEN_SEM_SECS` seconds per row (default 5; `cargo test --benches`
 //! runs half a second). Rows: 4 permits, and 1 permit (a lock's worth, the
 //! reference in the same run), each for the semaphore, the fair
-//! semaphore (`Client::fair_semaphore`) and a peer: the polling semaphore
-//! most Redis libraries make (`Kind::Polling`, W8's reference). Reports
+//! semaphore (`Client::fair_semaphore`) and two peers: the polling semaphore
+//! most Redis libraries make (`Kind::Polling`, W8's reference) and the
+//! queue of tokens the fair Python semaphores make (`Kind::Queue`, the fair
+//! semaphore's reference). Reports
 //! acquisitions/s, the wait (p50, p99, max), Redis commands, Redis CPU and
 //! script calls per acquisition, the least and the most acquisitions of
 //! one task as a share of the most (1.00: all served alike) and the most
@@ -41,6 +43,12 @@ enum Kind {
     /// tries again every 10 ms (redis-semaphore's default retry interval).
     /// No wake-ups, no fencing, no replay safety.
     Polling,
+    /// The fair peer: a semaphore as the fair Python Redis semaphores make
+    /// it, written here over fred: a list holding one token per permit,
+    /// `BLPOP` to take one (Redis serves blocked clients first come, first
+    /// served), `RPUSH` to give it back. No leases (a holder that dies
+    /// keeps its permit for good), no fencing, no replay safety.
+    Queue,
 }
 
 impl Kind {
@@ -49,6 +57,7 @@ impl Kind {
             Kind::Plain => "plain",
             Kind::Fair => "fair",
             Kind::Polling => "poll",
+            Kind::Queue => "queue",
         }
     }
 }
@@ -124,6 +133,35 @@ async fn worker(
             waits
         });
     }
+    if kind == Kind::Queue {
+        use fred::prelude::{Builder, ClientLike, Config};
+        use fred::types::{ClusterHash, CustomCommand, Value};
+        let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        return tokio::spawn(async move {
+            let blpop = CustomCommand::new_static("BLPOP", ClusterHash::FirstKey, true);
+            let rpush = CustomCommand::new_static("RPUSH", ClusterHash::FirstKey, false);
+            while Instant::now() < end {
+                let asked = Instant::now();
+                let got: Value = client
+                    .custom(blpop.clone(), vec![name.clone(), "5".into()])
+                    .await
+                    .unwrap();
+                let Value::Array(pair) = got else {
+                    continue;
+                };
+                let token = pair[1].as_string().unwrap();
+                let (inside, count) = note(&mut waits, asked);
+                tokio::time::sleep(HOLD).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                count.fetch_add(1, Ordering::SeqCst);
+                let _: i64 = client.custom(rpush.clone(), vec![name.clone(), token]).await.unwrap();
+            }
+            waits
+        });
+    }
     let client = lockwarden::Client::connect(&server.url()).await.unwrap();
     let sem = if kind == Kind::Fair {
         client.fair_semaphore(&name, permits).unwrap()
@@ -156,6 +194,12 @@ fn uuid_like() -> String {
 
 async fn row(server: &RedisServer, permits: u32, kind: Kind, secs: f64) {
     let name = format!("sem-bench-{permits}-{}", kind.label());
+    if kind == Kind::Queue {
+        let mut push = vec!["RPUSH".to_string(), name.clone()];
+        push.extend((0..permits).map(|i| format!("permit-{i}")));
+        let push: Vec<&str> = push.iter().map(String::as_str).collect();
+        server.cmd(&push);
+    }
     let tally = Tally::default();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let (before, scripts_before, cpu_before) = (
@@ -228,7 +272,7 @@ fn main() {
             "share min",
             "most held"
         );
-        for kind in [Kind::Plain, Kind::Fair, Kind::Polling] {
+        for kind in [Kind::Plain, Kind::Fair, Kind::Polling, Kind::Queue] {
             for permits in [4, 1] {
                 row(&server, permits, kind, secs).await;
             }
