@@ -497,6 +497,11 @@ impl Interest {
         self.chan.wake_every_wait.store(true, Ordering::Relaxed);
     }
 
+    /// Whether a message on this channel wakes every wait of this client.
+    pub(crate) fn wakes_every_wait(&self) -> bool {
+        self.chan.wake_every_wait.load(Ordering::Relaxed)
+    }
+
     /// Whether other waits of this client listen on the channel too.
     pub(crate) fn shared(&self) -> bool {
         self.ps.listeners(&self.name) > 1

@@ -33,9 +33,10 @@ pub(crate) struct WriteWait {
 }
 
 impl WriteWait {
-    pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
+    /// `will_wait`: the wait makes more than one attempt.
+    pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool) -> WriteWait {
         WriteWait {
-            inner: Shared::default(),
+            inner: Shared::new(will_wait),
             refresh: t.core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
         }
@@ -45,8 +46,15 @@ impl WriteWait {
 impl Policy for WriteWait {
     /// The lock's writers' channel: `rw_release.lua` tells it when the
     /// lock is free, the readers' channel when readers may join.
+    /// Open already when the client has it subscribed (`Shared::open`):
+    /// the first attempt then listens, and its refusal leaves the mark,
+    /// which the wait takes back if it ends without the lock.
     fn channel(&mut self, t: Target<'_>) -> Channel {
-        Channel::Named(t.keys.writers.clone())
+        let channel = self.inner.open(t, &t.keys.writers);
+        if matches!(channel, Channel::Open(_)) {
+            self.mark.arm();
+        }
+        channel
     }
 
     /// This turn's attempt waits, so a refusal leaves the mark.

@@ -15,6 +15,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
+
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -432,25 +434,58 @@ impl Drop for WakeOne {
 /// together, and a wait refused for a reason no release will clear (a
 /// reader behind a writer's mark) must not take the only wake-up from a
 /// wait that could go in.
-#[derive(Default)]
 pub(crate) struct Shared {
     inner: Reentrant,
+    /// More than one attempt: the first may listen.
+    will_wait: bool,
+}
+
+impl Shared {
+    /// `will_wait`: the wait makes more than one attempt.
+    pub(crate) fn new(will_wait: bool) -> Shared {
+        Shared {
+            inner: Reentrant::default(),
+            will_wait,
+        }
+    }
+
+    /// `name`, open when this client has it subscribed still (another wait
+    /// listens, or one just ended): the first attempt then listens, so its
+    /// refusal marks the hold it finds and stands (one attempt, where a
+    /// wait that subscribes after its first attempt makes two). Only for
+    /// a wait: a single try is made without listening.
+    pub(crate) fn open(&mut self, t: Target<'_>, name: &Str) -> Channel {
+        if self.will_wait {
+            if let Some(interest) = t.core.pubsub.interest_if_subscribed(name) {
+                interest.wake_every_wait();
+                self.inner.listen(&interest);
+                return Channel::Open(interest);
+            }
+        }
+        Channel::Named(name.clone())
+    }
 }
 
 impl Policy for Shared {
+    fn channel(&mut self, t: Target<'_>) -> Channel {
+        self.open(t, &t.keys.channel)
+    }
+
     fn request(&self) -> Request<'_> {
         self.inner.request()
     }
 
+    /// A first attempt made while listening was refused with the hold
+    /// marked: the release tells this client.
     fn turn(
         &mut self,
-        t: Target<'_>,
+        _t: Target<'_>,
         interest: &Interest,
         first: Option<bool>,
     ) -> impl Future<Output = Result<bool>> + Send {
-        let stands = self.inner.turn(t, interest, first);
+        self.inner.listen(interest);
         interest.wake_every_wait();
-        stands
+        async move { Ok(first == Some(true)) }
     }
 }
 
@@ -471,6 +506,17 @@ pub(crate) async fn wait<P: Policy>(
     // first attempt: any grant after that attempt then reaches it.
     let channel = policy.channel(t);
     let listened_early = matches!(channel, Channel::Open(_));
+    // A message that wakes every wait of the client (`Shared`) is not kept
+    // for a wait that was not registered when it came: one that comes
+    // between the first attempt and the loop's registration is seen here.
+    // (A wake-one channel keeps its message for the next registration.)
+    let mut early = match &channel {
+        Channel::Open(interest) if interest.wakes_every_wait() => Some(Box::pin(interest.notified())),
+        _ => None,
+    };
+    if let Some(n) = early.as_mut() {
+        n.as_mut().enable();
+    }
     // First attempt without subscribing: the uncontended path is one call.
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
@@ -486,6 +532,8 @@ pub(crate) async fn wait<P: Policy>(
             (Refusal::default(), false)
         }
     };
+    // Told since the first attempt: its refusal does not stand.
+    let told = early.is_some_and(|n| n.now_or_never().is_some());
     if deadline.is_some_and(|d| Instant::now() >= d) {
         policy.on_outcome(t, Outcome::GaveUp).await;
         return retries.at_deadline();
@@ -509,7 +557,9 @@ pub(crate) async fn wait<P: Policy>(
         let notified = interest.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let unchanged = policy.turn(t, &interest, first.then_some(listened_early)).await;
+        let unchanged = policy
+            .turn(t, &interest, first.then_some(listened_early && !told))
+            .await;
         first = false;
         let outcome = match unchanged {
             Ok(true) => Ok(Err(first_refusal)),

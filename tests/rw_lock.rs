@@ -886,3 +886,57 @@ async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it
     })
     .await
 }
+
+/// A wait whose client listens on its side's channel already (another of
+/// its waits does) makes one attempt before it sleeps, not two: its first
+/// attempt listens, so its refusal marks the hold and stands. The unlock
+/// still lets both waits in, by its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_channel_its_client_has_open_makes_one_attempt() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let slow = || {
+            lockwarden::Client::builder(&server.url())
+                .watchdog_lease(LONG)
+                .fair_waiter_timeout(LONG)
+                .build()
+        };
+        for write in [false, true] {
+            let name = if write { "open-w" } else { "open-r" };
+            let holder = slow().await.unwrap();
+            // Readers wait behind a writer; writers behind a reader.
+            let rw = holder.rw_lock(name).unwrap();
+            let side = if write { rw.read() } else { rw.write() };
+            let held = side.try_lock(Duration::ZERO, Some(LONG)).await.unwrap().expect("free");
+            let c = slow().await.unwrap();
+            let mut waits = Vec::new();
+            let mut spawn = |c: &lockwarden::Client| {
+                let rw = c.rw_lock(name).unwrap();
+                let lock = if write { rw.write() } else { rw.read() };
+                waits.push(tokio::spawn(async move {
+                    let g = lock.try_lock(LONG, Some(LONG)).await.unwrap().expect("the lock");
+                    g.unlock().await.unwrap();
+                }));
+            };
+            spawn(&c);
+            assert!(eventually(Duration::from_secs(5), || c.waiting_channels() == 1).await);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let calls = server.command_calls("evalsha");
+            spawn(&c);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                server.command_calls("evalsha") - calls,
+                1,
+                "write {write}: one attempt, made listening"
+            );
+            held.unlock().await.unwrap();
+            for h in waits {
+                tokio::time::timeout(Duration::from_secs(3), h)
+                    .await
+                    .expect("woken by the unlock")
+                    .unwrap();
+            }
+        }
+    })
+    .await
+}
