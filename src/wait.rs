@@ -489,6 +489,46 @@ impl Policy for Shared {
     }
 }
 
+/// The wait's first attempt, made before it subscribes (the uncontended
+/// path is one call): the guard, or the refusal with, when the attempt
+/// was answered, whether it stands for the loop's first turn (made
+/// listening on `channel`, and not told since). A failure pauses first;
+/// nothing is known of the lock then, and the first turn makes a full
+/// attempt.
+async fn first_attempt<P: Policy>(
+    t: Target<'_>,
+    pin: &OwnerPin,
+    lease: Lease,
+    policy: &mut P,
+    channel: &Channel,
+    retries: &mut Retries<'_>,
+) -> Result<std::result::Result<LockGuard, (Refusal, Option<bool>)>> {
+    // A message that wakes every wait of the client (`Shared`) is not kept
+    // for a wait that was not registered when it came: one that comes
+    // between this attempt and the loop's registration is seen here. (A
+    // wake-one channel keeps its message for the next registration.)
+    let mut early = match channel {
+        Channel::Open(interest) if interest.wakes_every_wait() => Some(Box::pin(interest.notified())),
+        _ => None,
+    };
+    if let Some(n) = early.as_mut() {
+        n.as_mut().enable();
+    }
+    match attempt(t, pin, lease, policy, 1).await {
+        Ok(Ok(guard)) => Ok(Ok(guard)),
+        Ok(Err(refusal)) => {
+            let told = early.is_some_and(|n| n.now_or_never().is_some());
+            let stands = matches!(channel, Channel::Open(_)) && !told;
+            Ok(Err((refusal, Some(stands))))
+        }
+        Err(e) => {
+            policy.on_outcome(t, Outcome::Failed(&e)).await;
+            tokio::time::sleep(retries.after(e)?).await;
+            Ok(Err((Refusal::default(), None)))
+        }
+    }
+}
+
 /// Waits for the lock until `deadline` (`None`: without end), shaped by
 /// `policy`. Returns the guard, `None` when the deadline passed with the
 /// lock held by others, or the error that ended the wait.
@@ -505,35 +545,13 @@ pub(crate) async fn wait<P: Policy>(
     // A waiter whose channel is still subscribed keeps it from before its
     // first attempt: any grant after that attempt then reaches it.
     let channel = policy.channel(t);
-    let listened_early = matches!(channel, Channel::Open(_));
-    // A message that wakes every wait of the client (`Shared`) is not kept
-    // for a wait that was not registered when it came: one that comes
-    // between the first attempt and the loop's registration is seen here.
-    // (A wake-one channel keeps its message for the next registration.)
-    let mut early = match &channel {
-        Channel::Open(interest) if interest.wakes_every_wait() => Some(Box::pin(interest.notified())),
-        _ => None,
-    };
-    if let Some(n) = early.as_mut() {
-        n.as_mut().enable();
-    }
-    // First attempt without subscribing: the uncontended path is one call.
     let first_sent = Instant::now();
     let mut retries = Retries::new(t, deadline);
     let mut attempts = 1;
-    let (first_refusal, mut first) = match attempt(t, pin, lease, &mut policy, attempts).await {
-        Ok(Ok(guard)) => return Ok(Some(guard)),
-        Ok(Err(refusal)) => (refusal, true),
-        Err(e) => {
-            // Nothing is known of the lock: the loop's first turn makes a
-            // full attempt after the pause.
-            policy.on_outcome(t, Outcome::Failed(&e)).await;
-            tokio::time::sleep(retries.after(e)?).await;
-            (Refusal::default(), false)
-        }
+    let (first_refusal, mut first) = match first_attempt(t, pin, lease, &mut policy, &channel, &mut retries).await? {
+        Ok(guard) => return Ok(Some(guard)),
+        Err(refused) => refused,
     };
-    // Told since the first attempt: its refusal does not stand.
-    let told = early.is_some_and(|n| n.now_or_never().is_some());
     if deadline.is_some_and(|d| Instant::now() >= d) {
         policy.on_outcome(t, Outcome::GaveUp).await;
         return retries.at_deadline();
@@ -557,10 +575,7 @@ pub(crate) async fn wait<P: Policy>(
         let notified = interest.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let unchanged = policy
-            .turn(t, &interest, first.then_some(listened_early && !told))
-            .await;
-        first = false;
+        let unchanged = policy.turn(t, &interest, first.take()).await;
         let outcome = match unchanged {
             Ok(true) => Ok(Err(first_refusal)),
             Ok(false) => {
