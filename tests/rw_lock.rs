@@ -818,6 +818,17 @@ async fn a_read_release_leaves_a_newer_read_hold_of_its_task_alone() {
     .await
 }
 
+/// A client whose waiting writers re-check every 10 s and whose readers
+/// held back by a mark wait for its end (30 s): within a test's bound,
+/// only messages wake them.
+async fn slow_client(server: &RedisServer) -> lockwarden::Result<lockwarden::Client> {
+    lockwarden::Client::builder(&server.url())
+        .watchdog_lease(LONG)
+        .fair_waiter_timeout(LONG)
+        .build()
+        .await
+}
+
 /// The last reader's release, with a writer waiting, tells the writers'
 /// channel only: the readers waiting behind the writer's mark are not woken
 /// to be refused again (each would make an attempt), and the writer is woken
@@ -827,14 +838,7 @@ async fn a_read_release_leaves_a_newer_read_hold_of_its_task_alone() {
 async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it() {
     bounded(BOUND, async {
         let server = RedisServer::start();
-        // Waiting writers re-check every 10 s and readers held back by a
-        // mark at its end (30 s): only messages wake them within the bound.
-        let slow = || {
-            lockwarden::Client::builder(&server.url())
-                .watchdog_lease(LONG)
-                .fair_waiter_timeout(LONG)
-                .build()
-        };
+        let slow = || slow_client(&server);
         let holder = slow().await.unwrap();
         let r = holder.rw_lock("turns").unwrap().read();
         let held = r.try_lock(Duration::ZERO, Some(LONG)).await.unwrap().expect("free");
@@ -896,12 +900,7 @@ async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it
 async fn a_reader_on_a_channel_its_client_has_open_makes_one_attempt() {
     bounded(BOUND, async {
         let server = RedisServer::start();
-        let slow = || {
-            lockwarden::Client::builder(&server.url())
-                .watchdog_lease(LONG)
-                .fair_waiter_timeout(LONG)
-                .build()
-        };
+        let slow = || slow_client(&server);
         for write in [false, true] {
             let name = if write { "open-w" } else { "open-r" };
             let holder = slow().await.unwrap();
