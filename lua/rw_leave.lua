@@ -34,7 +34,7 @@ if not others and not s.writer then
   if s.readers == 0 then
     redis.call('DEL', KEYS[1])
   end
-  s.ww = 0
+  s.ww = 0 -- no mark is left
   tell_sides(s, now, s.readers == 0, 3, ARGV[2], ARGV[3])
 end
 return 1

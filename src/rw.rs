@@ -33,10 +33,11 @@ pub(crate) struct WriteWait {
 }
 
 impl WriteWait {
-    /// `will_wait`: the wait makes more than one attempt.
-    pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool) -> WriteWait {
+    pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
         WriteWait {
-            inner: Shared::new(will_wait),
+            // Its channel is never open before the first attempt (see
+            // `channel`), so whether it waits does not matter.
+            inner: Shared::new(false),
             refresh: t.core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
         }

@@ -454,7 +454,7 @@ impl Shared {
     /// refusal marks the hold it finds and stands (one attempt, where a
     /// wait that subscribes after its first attempt makes two). Only for
     /// a wait: a single try is made without listening.
-    pub(crate) fn open(&mut self, t: Target<'_>, name: &Str) -> Channel {
+    fn open(&mut self, t: Target<'_>, name: &Str) -> Channel {
         if self.will_wait {
             if let Some(interest) = t.core.pubsub.interest_if_subscribed(name) {
                 interest.wake_every_wait();
