@@ -61,14 +61,9 @@ end
 local now = now_ms()
 local me, lease, read = ARGV[1], tonumber(ARGV[2]), ARGV[6] == 'read'
 local waits = ARGV[5] ~= '0'
-local pttl = redis.call('PTTL', KEYS[1])
-local s, refusal
-if pttl == -2 then
-  s = {f = {}, readers = 0, ww = 0}
-else
-  s, refusal = snapshot(now, 'rw')
-  if not s then return refusal end
-end
+-- An absent hash reads as empty: a snapshot with no holder and no mark.
+local s, refusal = snapshot(now, 'rw')
+if not s then return refusal end
 local f, writer, readers = s.f, s.writer, s.readers
 
 local function grant(token, count)
