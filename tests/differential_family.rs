@@ -463,7 +463,7 @@ impl Run<'_> {
             }
             Step::RwLeave { owner } => {
                 diff::messages(self.sides);
-                let want = self.model.rw_leave_telling(owner);
+                let want = self.model.rw_leave_telling(owner, None);
                 let got = self.redis.cmd(&[
                     "EVAL",
                     RW_LEAVE,

@@ -155,6 +155,7 @@ const RW: FamilyBounds = FamilyBounds {
     foreign: true,
     numbers: 0,
     grants: false,
+    wakes: true,
     depth: Some(11),
 };
 
@@ -168,6 +169,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     foreign: true,
     numbers: 2,
     grants: false,
+    wakes: false,
     depth: Some(13),
 };
 
@@ -181,6 +183,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     foreign: false,
     numbers: 0,
     grants: true,
+    wakes: false,
     depth: Some(13),
 };
 
@@ -193,7 +196,23 @@ const MIXED: FamilyBounds = FamilyBounds {
     foreign: false,
     numbers: 0,
     grants: false,
+    wakes: false,
     depth: Some(13),
+};
+
+/// The read-write lock's wake-ups: three tasks, each waiting once, from
+/// three starts (nothing held; a reader holding with a writer's and a
+/// reader's waits behind it; a writer holding with two readers' waits).
+const WAKES: FamilyBounds = FamilyBounds {
+    roles: &[Role::Rw, Role::Rw, Role::Rw],
+    acquires: 1,
+    calls: 4,
+    faults: 0,
+    foreign: false,
+    numbers: 0,
+    grants: false,
+    wakes: true,
+    depth: Some(10),
 };
 
 /// The depth of bound `name` whose test-command depth is `depth`: `long`
@@ -229,6 +248,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("SEMAPHORE", SEMAPHORE),
         ("GRANTS", GRANTS),
         ("MIXED", MIXED),
+        ("WAKES", WAKES),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -240,7 +260,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 10] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 13] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -288,7 +308,21 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 10] = [
         MIXED,
         "a release never frees another's hold",
     ),
+    // The reader's release frees the lock and tells the writer (whose mark
+    // holds the other reader back), writing the mark back without `:wait`;
+    // the writer stops waiting, and its leave, finding no `:wait`, tells
+    // nobody: the reader behind the mark sleeps on a free lock.
+    (FamilyDefect::FreeForgetsWait, WAKES, WAKE_UP),
+    // The writer behind the reader stops waiting: its mark goes, and the
+    // reader it held back (refused again meanwhile) is not told that it
+    // may join the reader inside.
+    (FamilyDefect::LeaveTellsNobody, WAKES, WAKE_UP),
+    // The reader's release tells only the writers (the writer's mark
+    // stands), and the writer listens on the readers' channel.
+    (FamilyDefect::WriterListensOnReaders, WAKES, WAKE_UP),
 ];
+
+const WAKE_UP: &str = "no wake-up is lost";
 
 const EXCLUSION: &str = "never a writer with another holder, nor permits over the number, nor two kinds";
 

@@ -8,6 +8,17 @@
 //! [`super::LockModel`]; the server loses its data or one key, another
 //! program writes the name, and the semaphore's stored number is lowered
 //! to none and raised back.
+//!
+//! With [`Bounds::wakes`], the read-write lock's waits listen as the
+//! library's do (`wait::Shared` for readers on the lock's channel,
+//! `rw::WriteWait` for writers on the writers' channel): each wait
+//! subscribes before its first listening attempt, a message that comes
+//! wakes it for its next attempt (one that comes while an attempt is on
+//! its way too: the wait registered before sending it), and the channels
+//! each release and leave tells ([`Sides`]) carry a message to every
+//! client listening there, held up for any number of steps or lost. The
+//! property this adds: no wake-up is lost (see
+//! [`FamilyModel::someone_told`]).
 
 use stateright::{Model, Property};
 
@@ -15,7 +26,7 @@ use super::net::{self, Line, Net};
 use super::server::{Owner, Req};
 use super::shared_hash::{
     AcquireReply, Defect, Field, Holding, Kind, Mode, Name, ReleaseReply, RwAcquire, RwRelease, SemAcquire, Server,
-    Told,
+    Sides, Told,
 };
 use super::{KEEP, LEASE};
 
@@ -49,6 +60,11 @@ pub struct Bounds {
     /// wake-up message delivered (or lost) as a step, a stopped wait's
     /// leave (sem_leave.lua) run later or never.
     pub grants: bool,
+    /// Read-write waits listen on their side's channel and are woken by
+    /// the messages releases and leaves publish there (see the module's
+    /// documentation); the model starts from three states (nothing held,
+    /// and two reached by its own steps, see [`FamilyModel::init_states`]).
+    pub wakes: bool,
     pub depth: Option<usize>,
 }
 
@@ -95,6 +111,15 @@ pub enum Reply {
 
 pub type Call = net::Call<Op, Reply>;
 
+/// A read-write wait listening (with [`Bounds::wakes`]): on the writers'
+/// channel or the lock's, and whether a message woke it since it sent its
+/// latest attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Listen {
+    pub writers: bool,
+    pub woken: bool,
+}
+
 /// A semaphore wait that asks for direct grants: its request id, its
 /// latest attempt's number and when that attempt was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,6 +145,8 @@ pub struct ClientState {
     pub wait: Option<Wait>,
     pub inbox: Vec<Told>,
     pub leave: Option<(Req, Owner)>,
+    /// With wakes: the read-write wait in progress listens.
+    pub listen: Option<Listen>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -132,6 +159,12 @@ pub struct State {
     pub data_lost: bool,
     /// A waiter took a release's grant message for its permits.
     pub handed: bool,
+    /// With wakes: a read-write wait was woken by a message; a wake-up
+    /// may have gone unheard (a message lost, a writer's wait gone
+    /// without its leave, a hold or a mark or the hash lapsing while
+    /// waiters listened): the waits then wake at their pause's bound.
+    pub woke: bool,
+    pub unwoken: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -173,6 +206,38 @@ fn owner_of(c: usize, n: u8) -> Owner {
 }
 
 impl FamilyModel {
+    /// The state nothing happened in yet.
+    fn empty(&self) -> State {
+        State {
+            server: Server::new(),
+            clients: self
+                .bounds
+                .roles
+                .iter()
+                .map(|_| ClientState {
+                    phase: Phase::Idle,
+                    line: Line::default(),
+                    acquires_left: self.bounds.acquires,
+                    calls_left: self.bounds.calls,
+                    levels_unknown: false,
+                    lost_release_not_refused: false,
+                    levels_disagree: false,
+                    wait: None,
+                    inbox: Vec::new(),
+                    leave: None,
+                    listen: None,
+                })
+                .collect(),
+            faults_left: self.bounds.faults,
+            numbers_left: self.bounds.numbers,
+            have_held: 0,
+            data_lost: false,
+            handed: false,
+            woke: false,
+            unwoken: false,
+        }
+    }
+
     pub fn new(bounds: Bounds) -> FamilyModel {
         FamilyModel { bounds, defect: None }
     }
@@ -267,18 +332,35 @@ impl FamilyModel {
                 Self::post(s);
                 Reply::Release(reply)
             }
-            Op::Release { field, token, take } => Reply::Release(s.server.rw_release(
-                RwRelease {
-                    field,
-                    req: call.req,
-                    token: Some(token),
-                    take,
-                    relet: 0,
-                    keep: KEEP,
-                    first,
-                },
-                self.defect,
-            )),
+            Op::Release { field, token, take } => {
+                let (reply, sides) = s.server.rw_release_telling(
+                    RwRelease {
+                        field,
+                        req: call.req,
+                        token: Some(token),
+                        take,
+                        relet: 0,
+                        keep: KEEP,
+                        first,
+                    },
+                    self.defect,
+                );
+                Self::tell(s, sides);
+                Reply::Release(reply)
+            }
+        }
+    }
+
+    /// A read-write call published on `sides`: a message on its way to
+    /// every client listening there (one is enough: a second waiting
+    /// behind it wakes nothing the first does not).
+    fn tell(s: &mut State, sides: Sides) {
+        for cl in &mut s.clients {
+            let Some(l) = cl.listen else { continue };
+            let told = if l.writers { sides.writers } else { sides.readers };
+            if told && !cl.inbox.contains(&Told::Wake) {
+                cl.inbox.push(Told::Wake);
+            }
         }
     }
 
@@ -422,6 +504,18 @@ impl FamilyModel {
     /// a wait that stopped without the permits leaves (later, or never).
     fn settle(s: &mut State, c: usize) {
         let cl = &mut s.clients[c];
+        if cl.listen.is_some() {
+            let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
+            let over = match cl.phase {
+                Phase::Waiting { .. } => false,
+                Phase::Idle => !acquiring,
+                Phase::Held { .. } | Phase::Lost { .. } => true,
+            };
+            if over {
+                cl.listen = None;
+                cl.inbox.clear();
+            }
+        }
         let Some(w) = cl.wait else { return };
         let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
         match cl.phase {
@@ -442,6 +536,12 @@ impl FamilyModel {
         let now = s.server.now;
         let cl = &mut s.clients[c];
         if cl.inbox.is_empty() {
+            return;
+        }
+        if let Some(l) = cl.listen.as_mut() {
+            cl.inbox.remove(0);
+            l.woken = true;
+            s.woke = true;
             return;
         }
         let Told::Grant { ms, req, attempt } = cl.inbox.remove(0) else {
@@ -497,32 +597,36 @@ impl Model for FamilyModel {
     type State = State;
     type Action = Action;
 
+    /// Nothing held; with wakes, also two starts the model reaches by its
+    /// own steps from there (nine each), given so that the bound reaches
+    /// further past them: client 0 reading with client 1's write wait and
+    /// client 2's read wait behind it (the writer's mark holds the reader
+    /// back), both refused and listening; and client 0 writing with two
+    /// read waits behind it.
     fn init_states(&self) -> Vec<State> {
-        vec![State {
-            server: Server::new(),
-            clients: self
-                .bounds
-                .roles
+        let empty = self.empty();
+        if !self.bounds.wakes || self.bounds.roles.len() < 3 {
+            return vec![empty];
+        }
+        let start = |sides: [bool; 3]| {
+            let mut actions = Vec::new();
+            for (c, writes) in sides.into_iter().enumerate() {
+                let o = owner_of(c, 0);
+                let field = if writes { Field::Writer(o) } else { Field::Reader(o) };
+                actions.extend([
+                    Action::Start(c, Op::Acquire(field, 0)),
+                    Action::Net(c, Net::Run),
+                    Action::Net(c, Net::Hear),
+                ]);
+            }
+            actions
                 .iter()
-                .map(|_| ClientState {
-                    phase: Phase::Idle,
-                    line: Line::default(),
-                    acquires_left: self.bounds.acquires,
-                    calls_left: self.bounds.calls,
-                    levels_unknown: false,
-                    lost_release_not_refused: false,
-                    levels_disagree: false,
-                    wait: None,
-                    inbox: Vec::new(),
-                    leave: None,
-                })
-                .collect(),
-            faults_left: self.bounds.faults,
-            numbers_left: self.bounds.numbers,
-            have_held: 0,
-            data_lost: false,
-            handed: false,
-        }]
+                .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
+                .expect("a start the model reaches")
+        };
+        let marked = start([false, true, false]);
+        let written = start([true, false, false]);
+        vec![marked, written]
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -615,6 +719,16 @@ impl Model for FamilyModel {
                 if matches!(op, Op::Acquire(..)) && cl.phase == Phase::Idle {
                     cl.acquires_left -= 1;
                 }
+                if let (Op::Acquire(field, _), Phase::Idle | Phase::Waiting { .. }) = (op, cl.phase) {
+                    if self.bounds.wakes && !matches!(field, Field::Permit(_)) {
+                        // Subscribed before this attempt, registered anew.
+                        let writer = matches!(field, Field::Writer(_));
+                        cl.listen = Some(Listen {
+                            writers: writer && self.defect != Some(Defect::WriterListensOnReaders),
+                            woken: false,
+                        });
+                    }
+                }
                 cl.calls_left -= 1;
                 let mut op = op;
                 if let (Op::Acquire(Field::Permit(p), _), true) = (op, self.bounds.grants) {
@@ -642,6 +756,11 @@ impl Model for FamilyModel {
             Action::Net(c, Net::GiveUp) => {
                 let cl = &mut s.clients[c];
                 let call = cl.line.give_up()?;
+                if let (Op::Acquire(Field::Writer(_), _), Some(_)) = (call.op, cl.listen) {
+                    // The wait ends; its mark may stand (or come with the
+                    // request, late) and its leave be lost.
+                    s.unwoken = true;
+                }
                 match (call.op, cl.phase) {
                     (Op::Acquire(..), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
                     (Op::Acquire(..), _) => cl.levels_unknown = true,
@@ -656,12 +775,28 @@ impl Model for FamilyModel {
                     field: Field::Writer(o),
                 } = s.clients[c].phase
                 {
-                    let _ = s.server.rw_leave(o);
+                    if let Ok((_, sides)) = s.server.rw_leave_telling(o, self.defect) {
+                        Self::tell(&mut s, sides);
+                    }
                 }
                 s.clients[c].phase = Phase::Idle;
             }
-            Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
+            Action::Abandon(c) => {
+                let cl = &mut s.clients[c];
+                if let (
+                    Phase::Waiting {
+                        field: Field::Writer(_),
+                    },
+                    Some(_),
+                ) = (cl.phase, cl.listen)
+                {
+                    // Its mark holds readers back to its deadline.
+                    s.unwoken = true;
+                }
+                cl.phase = Phase::Idle;
+            }
             Action::Tick => {
+                s.unwoken |= self.bounds.wakes && lapses(&s.server);
                 s.server.advance(1);
                 shift(&mut s);
             }
@@ -687,6 +822,7 @@ impl Model for FamilyModel {
             Action::Deliver(c) => self.deliver(&mut s, c),
             Action::LoseMessage(c) => {
                 s.clients[c].inbox.remove(0);
+                s.unwoken |= s.clients[c].listen.is_some();
             }
             Action::RunLeave(c) => {
                 let (req, p) = s.clients[c].leave.take()?;
@@ -747,6 +883,10 @@ impl Model for FamilyModel {
             Property::<Self>::sometimes("a waiter is handed its permits by a release", |m, s| {
                 !m.bounds.grants || s.handed
             }),
+            Property::<Self>::always("no wake-up is lost", |_, s| Self::someone_told(s)),
+            Property::<Self>::sometimes("a read-write waiter is woken by a message", |m, s| {
+                !m.bounds.wakes || s.woke
+            }),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
             }),
@@ -755,6 +895,49 @@ impl Model for FamilyModel {
 }
 
 impl FamilyModel {
+    /// No wake-up is lost: while a read-write wait sleeps (listening, not
+    /// woken, no attempt on its way) and nothing on the server stands
+    /// against it (a writer: no live hold; a reader: no live write hold
+    /// and no live writer's mark), someone was told: a message on its
+    /// way, a woken wait, or a call on its way (whose outcome is then
+    /// checked in turn); unless a wake-up may have gone unheard
+    /// ([`State::unwoken`]) or the data was lost, when the waits wake at
+    /// their pause's bound (the holders' lease, the mark's deadline).
+    fn someone_told(s: &State) -> bool {
+        if s.unwoken || s.data_lost {
+            return true;
+        }
+        let sleeping = s.clients.iter().any(|cl| match (cl.phase, cl.listen) {
+            (Phase::Waiting { field }, Some(l)) => {
+                !l.woken && cl.line.call.is_none() && Self::open_to(&s.server, field)
+            }
+            _ => false,
+        });
+        !sleeping
+            || s.clients
+                .iter()
+                .any(|cl| !cl.inbox.is_empty() || cl.line.call.is_some() || cl.listen.is_some_and(|l| l.woken))
+    }
+
+    /// Whether nothing on the server stands against `field`'s attempt.
+    fn open_to(server: &Server, field: Field) -> bool {
+        let now = server.now;
+        match &server.name {
+            Name::Absent => true,
+            Name::Hash(h) if h.kind == Kind::Rw => {
+                let live = |x: &&Holding| x.deadline > now;
+                match field {
+                    Field::Writer(_) => !h.holds.iter().any(|x| live(&x)),
+                    _ => {
+                        !h.holds.iter().any(|x| live(&x) && !x.field.is_reader())
+                            && h.marks.iter().all(|&(_, d)| d <= now)
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// Whether every waiting client whose acquisition nothing on the
     /// server stands against (no live hold, no other waiting writer's mark, the
     /// name of its kind or absent, and for a semaphore a take within the
@@ -798,6 +981,19 @@ impl FamilyModel {
             .try_fold(s.clone(), |t, &a| self.next_state(&t, a))
             .is_some_and(|t| matches!(t.clients[c].phase, Phase::Held { .. }))
         })
+    }
+}
+
+/// Whether the next tick ends a hold, a writer's mark or the hash itself
+/// while a waiter was refused listening (`:wait`): nobody is told then.
+fn lapses(server: &Server) -> bool {
+    let (now, next) = (server.now, server.now + 1);
+    let ends = |d: i32| d > now && d <= next;
+    match &server.name {
+        Name::Hash(h) if h.wait => {
+            h.holds.iter().any(|x| ends(x.deadline)) || h.marks.iter().any(|&(_, d)| ends(d)) || h.expires <= next
+        }
+        _ => false,
     }
 }
 

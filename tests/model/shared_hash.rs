@@ -279,6 +279,17 @@ pub enum Defect {
     /// A release hands a listed client the permits its ask asks for
     /// whether or not they fit in those free.
     GrantIgnoresFit,
+    /// A release that frees the read-write lock with writers' marks
+    /// standing writes the marks back without `:wait` (as the first version
+    /// of `keep_marks` did): the readers held back, told by nobody then,
+    /// are not told by the next release either.
+    FreeForgetsWait,
+    /// A waiting writer's leave tells nobody, even when it lifts the last
+    /// mark holding readers back.
+    LeaveTellsNobody,
+    /// A waiting writer listens on the lock's channel (the readers'), not
+    /// on the writers' one (a client's defect).
+    WriterListensOnReaders,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -880,7 +891,7 @@ impl Server {
                     holds: Vec::new(),
                     token: None,
                     marks,
-                    wait: listened,
+                    wait: listened && defect != Some(Defect::FreeForgetsWait),
                     expires: s.ww,
                 })
             };
@@ -906,13 +917,8 @@ impl Server {
     }
 
     /// rw_leave.lua: the waiting writer `o` stops waiting. True when its
-    /// mark was there.
-    pub fn rw_leave(&mut self, o: Owner) -> Result<bool, ReleaseReply> {
-        self.rw_leave_telling(o).map(|(left, _)| left)
-    }
-
-    /// rw_leave.lua, with the channels it published on.
-    pub fn rw_leave_telling(&mut self, o: Owner) -> Result<(bool, Sides), ReleaseReply> {
+    /// mark was there; and the channels it published on.
+    pub fn rw_leave_telling(&mut self, o: Owner, defect: Option<Defect>) -> Result<(bool, Sides), ReleaseReply> {
         let none = Sides::default();
         let s = match self.snapshot(Kind::Rw, true) {
             Ok(s) => s,
@@ -932,7 +938,7 @@ impl Server {
             if free {
                 self.name = Name::Absent;
             }
-            if listened {
+            if listened && defect != Some(Defect::LeaveTellsNobody) {
                 told = Sides::told(free, 0, now);
             }
         }
