@@ -260,7 +260,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 13] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 14] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -320,6 +320,10 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 13] = [
     // The reader's release tells only the writers (the writer's mark
     // stands), and the writer listens on the readers' channel.
     (FamilyDefect::WriterListensOnReaders, WAKES, WAKE_UP),
+    // A client refused without being listed is told by no release or
+    // leave (here: the leave of a wait that gave up gives back the permits
+    // its late attempt took).
+    (FamilyDefect::RefusalUnlisted, GRANTS, WAKE_UP),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";

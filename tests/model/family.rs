@@ -128,6 +128,8 @@ pub struct Wait {
     pub attempt: u8,
     pub sent: i32,
     pub permit: Owner,
+    /// A message woke it since it sent its latest attempt.
+    pub woken: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -145,6 +147,10 @@ pub struct ClientState {
     pub wait: Option<Wait>,
     pub inbox: Vec<Told>,
     pub leave: Option<(Req, Owner)>,
+    /// With grants: a wake-up that found no wait (it came after the wait
+    /// got its permits) is passed on (sem_leave.lua without a stopped
+    /// wait), later or never.
+    pub pass_on: bool,
     /// With wakes: the read-write wait in progress listens.
     pub listen: Option<Listen>,
 }
@@ -159,7 +165,7 @@ pub struct State {
     pub data_lost: bool,
     /// A waiter took a release's grant message for its permits.
     pub handed: bool,
-    /// With wakes: a read-write wait was woken by a message; a wake-up
+    /// A wait was woken by a message (with wakes or grants); a wake-up
     /// may have gone unheard (a message lost, a writer's wait gone
     /// without its leave, a hold or a mark or the hash lapsing while
     /// waiters listened): the waits then wake at their pause's bound.
@@ -225,6 +231,7 @@ impl FamilyModel {
                     wait: None,
                     inbox: Vec::new(),
                     leave: None,
+                    pass_on: false,
                     listen: None,
                 })
                 .collect(),
@@ -487,9 +494,11 @@ impl FamilyModel {
             attempt: 0,
             sent: now,
             permit,
+            woken: false,
         });
         w.attempt += 1;
         w.sent = now;
+        w.woken = false;
         let (req, attempt) = (w.req, w.attempt);
         let listening = &mut s.server.waiting.subscribed;
         if !listening.contains(&(c as Owner)) {
@@ -521,7 +530,7 @@ impl FamilyModel {
         match cl.phase {
             Phase::Waiting { .. } => return,
             Phase::Idle if acquiring => return,
-            Phase::Held { .. } => {}
+            Phase::Held { .. } => cl.pass_on |= !cl.inbox.is_empty(),
             _ => cl.leave = Some((w.req, w.permit)),
         }
         cl.wait = None;
@@ -544,10 +553,17 @@ impl FamilyModel {
             s.woke = true;
             return;
         }
-        let Told::Grant { ms, req, attempt } = cl.inbox.remove(0) else {
+        let told = cl.inbox.remove(0);
+        // Any message wakes the wait for an attempt, but a grant it takes
+        // (one that comes while an attempt is on its way is kept for it).
+        if let Some(w) = cl.wait.as_mut() {
+            w.woken = true;
+        }
+        let (Some(w), Phase::Waiting { field }) = (cl.wait, cl.phase) else {
             return;
         };
-        let (Some(w), Phase::Waiting { field }) = (cl.wait, cl.phase) else {
+        let Told::Grant { ms, req, attempt } = told else {
+            s.woke = true;
             return;
         };
         let named = u32::from(w.attempt) == attempt;
@@ -683,7 +699,7 @@ impl Model for FamilyModel {
                 actions.push(Action::Deliver(c));
                 actions.push(Action::LoseMessage(c));
             }
-            if cl.leave.is_some() {
+            if cl.leave.is_some() || cl.pass_on {
                 actions.push(Action::RunLeave(c));
                 actions.push(Action::LoseLeave(c));
             }
@@ -796,7 +812,7 @@ impl Model for FamilyModel {
                 cl.phase = Phase::Idle;
             }
             Action::Tick => {
-                s.unwoken |= self.bounds.wakes && lapses(&s.server);
+                s.unwoken |= (self.bounds.wakes || self.bounds.grants) && lapses(&s.server);
                 s.server.advance(1);
                 shift(&mut s);
             }
@@ -821,15 +837,24 @@ impl Model for FamilyModel {
             }
             Action::Deliver(c) => self.deliver(&mut s, c),
             Action::LoseMessage(c) => {
-                s.clients[c].inbox.remove(0);
-                s.unwoken |= s.clients[c].listen.is_some();
+                let cl = &mut s.clients[c];
+                cl.inbox.remove(0);
+                s.unwoken |= cl.listen.is_some() || cl.wait.is_some();
             }
             Action::RunLeave(c) => {
-                let (req, p) = s.clients[c].leave.take()?;
-                s.server.sem_leave(c as Owner, Some((req, p)), PERMITS);
+                let cl = &mut s.clients[c];
+                let stopped = cl.leave.take();
+                cl.pass_on &= stopped.is_some();
+                s.server.sem_leave(c as Owner, stopped, PERMITS);
                 Self::post(&mut s);
             }
-            Action::LoseLeave(c) => s.clients[c].leave = None,
+            Action::LoseLeave(c) => {
+                let cl = &mut s.clients[c];
+                if cl.leave.take().is_none() {
+                    cl.pass_on = false;
+                }
+                s.unwoken = true;
+            }
         }
         for c in 0..s.clients.len() {
             Self::settle(&mut s, c);
@@ -883,9 +908,9 @@ impl Model for FamilyModel {
             Property::<Self>::sometimes("a waiter is handed its permits by a release", |m, s| {
                 !m.bounds.grants || s.handed
             }),
-            Property::<Self>::always("no wake-up is lost", |_, s| Self::someone_told(s)),
-            Property::<Self>::sometimes("a read-write waiter is woken by a message", |m, s| {
-                !m.bounds.wakes || s.woke
+            Property::<Self>::always("no wake-up is lost", |m, s| m.someone_told(s)),
+            Property::<Self>::sometimes("a waiter is woken by a message", |m, s| {
+                !(m.bounds.wakes || m.bounds.grants) || s.woke
             }),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
@@ -898,12 +923,16 @@ impl FamilyModel {
     /// No wake-up is lost: while a read-write wait sleeps (listening, not
     /// woken, no attempt on its way) and nothing on the server stands
     /// against it (a writer: no live hold; a reader: no live write hold
-    /// and no live writer's mark), someone was told: a message on its
-    /// way, a woken wait, or a call on its way (whose outcome is then
-    /// checked in turn); unless a wake-up may have gone unheard
+    /// and no live writer's mark), or while a semaphore wait sleeps with
+    /// its take within the permits free (see [`Self::first_sleeps_fitting`]),
+    /// someone was told: a message on its way, a woken wait, a call on its
+    /// way (whose outcome is then checked in turn), a leave or a wake-up
+    /// passed on; unless a wake-up may have gone unheard
     /// ([`State::unwoken`]) or the data was lost, when the waits wake at
-    /// their pause's bound (the holders' lease, the mark's deadline).
-    fn someone_told(s: &State) -> bool {
+    /// their pause's bound (the holders' lease, the mark's deadline, a
+    /// semaphore waiter's patience). A semaphore client behind a first
+    /// one whose take does not fit sleeps until its patience by design.
+    fn someone_told(&self, s: &State) -> bool {
         if s.unwoken || s.data_lost {
             return true;
         }
@@ -913,10 +942,38 @@ impl FamilyModel {
             }
             _ => false,
         });
+        let sleeping = sleeping || (self.bounds.grants && self.first_sleeps_fitting(s));
         !sleeping
-            || s.clients
-                .iter()
-                .any(|cl| !cl.inbox.is_empty() || cl.line.call.is_some() || cl.listen.is_some_and(|l| l.woken))
+            || s.clients.iter().any(|cl| {
+                !cl.inbox.is_empty()
+                    || cl.line.call.is_some()
+                    || cl.listen.is_some_and(|l| l.woken)
+                    || cl.wait.is_some_and(|w| w.woken)
+                    || cl.leave.is_some()
+                    || cl.pass_on
+            })
+    }
+
+    /// Whether a semaphore wait sleeps (not woken, no attempt on its way)
+    /// with its take within the permits free, its client either the first
+    /// listed one that listens, or not listed at all (no release would
+    /// tell it).
+    fn first_sleeps_fitting(&self, s: &State) -> bool {
+        let w = &s.server.waiting;
+        let first = w.list.iter().find(|o| w.subscribed.contains(o));
+        let used: u32 = match &s.server.name {
+            Name::Absent => 0,
+            Name::Hash(h) if h.kind == Kind::Semaphore => s.server.live().iter().map(|x| x.count).sum(),
+            _ => return false,
+        };
+        s.clients.iter().enumerate().any(|(c, cl)| {
+            let o = c as Owner;
+            let sleeps = matches!(cl.phase, Phase::Waiting { .. })
+                && cl.wait.is_some_and(|w| !w.woken)
+                && cl.line.call.is_none();
+            let due = first == Some(&o) || !w.list.contains(&o);
+            sleeps && due && used + self.take_of(c) <= s.server.number.unwrap_or(PERMITS)
+        })
     }
 
     /// Whether nothing on the server stands against `field`'s attempt.
@@ -985,16 +1042,19 @@ impl FamilyModel {
 }
 
 /// Whether the next tick ends a hold, a writer's mark or the hash itself
-/// while a waiter was refused listening (`:wait`): nobody is told then.
+/// while a waiter was refused listening (`:wait`; any of a semaphore's),
+/// or ends the semaphore's waiters list: nobody is told then.
 fn lapses(server: &Server) -> bool {
     let (now, next) = (server.now, server.now + 1);
     let ends = |d: i32| d > now && d <= next;
-    match &server.name {
-        Name::Hash(h) if h.wait => {
+    let listed = !server.waiting.list.is_empty();
+    let hash = match &server.name {
+        Name::Hash(h) if h.wait || h.kind == Kind::Semaphore => {
             h.holds.iter().any(|x| ends(x.deadline)) || h.marks.iter().any(|&(_, d)| ends(d)) || h.expires <= next
         }
         _ => false,
-    }
+    };
+    hash || (listed && server.waiting.list_expires <= next)
 }
 
 /// Times relative to now (see the reentrant model's `shift`).

@@ -290,6 +290,9 @@ pub enum Defect {
     /// A waiting writer listens on the lock's channel (the readers'), not
     /// on the writers' one (a client's defect).
     WriterListensOnReaders,
+    /// A semaphore's listening refusal does not list its client: no
+    /// release tells it.
+    RefusalUnlisted,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -501,7 +504,11 @@ impl Server {
             return AcquireReply::Refused { hint, place: None };
         }
         let client = a.permit / 16;
-        let place = self.listen(client, hint, a.mode.woken());
+        let place = if defect == Some(Defect::RefusalUnlisted) {
+            0
+        } else {
+            self.listen(client, hint, a.mode.woken())
+        };
         let (now, slack) = (self.now, self.slack);
         let w = &mut self.waiting;
         // The hash is there while any ask is, the client's own included
