@@ -156,6 +156,7 @@ const RW: FamilyBounds = FamilyBounds {
     numbers: 0,
     grants: false,
     wakes: true,
+    downgrades: true,
     depth: Some(11),
 };
 
@@ -170,6 +171,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     numbers: 2,
     grants: false,
     wakes: false,
+    downgrades: false,
     depth: Some(13),
 };
 
@@ -184,6 +186,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     numbers: 0,
     grants: true,
     wakes: false,
+    downgrades: false,
     depth: Some(13),
 };
 
@@ -197,6 +200,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     numbers: 0,
     grants: false,
     wakes: false,
+    downgrades: false,
     depth: Some(13),
 };
 
@@ -212,6 +216,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     numbers: 0,
     grants: false,
     wakes: true,
+    downgrades: true,
     depth: Some(10),
 };
 
@@ -260,7 +265,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 14] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 15] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -324,6 +329,10 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 14] = [
     // leave (here: the leave of a wait that gave up gives back the permits
     // its late attempt took).
     (FamilyDefect::RefusalUnlisted, GRANTS, WAKE_UP),
+    // The writer takes the read side too and gives back its write side:
+    // the readers waiting behind it could join its read hold, and nobody
+    // tells them.
+    (FamilyDefect::WriteReleaseTellsNoReaders, WAKES, WAKE_UP),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";

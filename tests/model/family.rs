@@ -65,6 +65,10 @@ pub struct Bounds {
     /// documentation); the model starts from three states (nothing held,
     /// and two reached by its own steps, see [`FamilyModel::init_states`]).
     pub wakes: bool,
+    /// A read-write task holding the write side also takes the read side
+    /// (and gives either back first: a downgrade when the write goes
+    /// first).
+    pub downgrades: bool,
     pub depth: Option<usize>,
 }
 
@@ -111,6 +115,17 @@ pub enum Reply {
 
 pub type Call = net::Call<Op, Reply>;
 
+/// A writing task's read hold (with [`Bounds::downgrades`]), as its
+/// client knows it: it becomes the client's hold when the write goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reads {
+    pub field: Field,
+    pub token: u64,
+    pub take: Option<Req>,
+    pub count: u32,
+    pub valid_until: i32,
+}
+
 /// A read-write wait listening (with [`Bounds::wakes`]): on the writers'
 /// channel or the lock's, and whether a message woke it since it sent its
 /// latest attempt.
@@ -153,6 +168,8 @@ pub struct ClientState {
     pub pass_on: bool,
     /// With wakes: the read-write wait in progress listens.
     pub listen: Option<Listen>,
+    /// With downgrades: the read hold taken while writing.
+    pub reads: Option<Reads>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -171,6 +188,8 @@ pub struct State {
     /// waiters listened): the waits then wake at their pause's bound.
     pub woke: bool,
     pub unwoken: bool,
+    /// A task kept its read side after giving back its write side.
+    pub downgraded: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -233,6 +252,7 @@ impl FamilyModel {
                     leave: None,
                     pass_on: false,
                     listen: None,
+                    reads: None,
                 })
                 .collect(),
             faults_left: self.bounds.faults,
@@ -242,6 +262,7 @@ impl FamilyModel {
             handed: false,
             woke: false,
             unwoken: false,
+            downgraded: false,
         }
     }
 
@@ -259,20 +280,31 @@ impl FamilyModel {
     /// The holds clients believe they have with validity left (a client
     /// releasing has left its critical section): (client, field, count).
     pub fn valid_holds(s: &State) -> Vec<(usize, Field, u32)> {
-        s.clients
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.line.calls(|op| matches!(op, Op::Release { .. })))
-            .filter_map(|(i, c)| match c.phase {
-                Phase::Held {
-                    field,
-                    count,
-                    valid_until,
-                    ..
-                } if s.server.now < valid_until => Some((i, field, count)),
-                _ => None,
-            })
-            .collect()
+        let now = s.server.now;
+        let mut holds = Vec::new();
+        for (i, c) in s.clients.iter().enumerate() {
+            let releasing = |f: Field| {
+                c.line
+                    .calls(|op| matches!(op, Op::Release { field, .. } if *field == f))
+            };
+            if let Phase::Held {
+                field,
+                count,
+                valid_until,
+                ..
+            } = c.phase
+            {
+                if now < valid_until && !releasing(field) {
+                    holds.push((i, field, count));
+                }
+            }
+            if let Some(r) = c.reads {
+                if now < r.valid_until && !releasing(r.field) {
+                    holds.push((i, r.field, r.count));
+                }
+            }
+        }
+        holds
     }
 
     /// Whether the valid holds may stand together: many readers or one
@@ -374,6 +406,9 @@ impl FamilyModel {
     fn hear(&self, s: &mut State, c: usize) {
         let cl = &mut s.clients[c];
         let Some((call, reply)) = cl.line.heard() else { return };
+        if Self::hear_reads(cl, &call, reply) {
+            return;
+        }
         match (call.op, reply) {
             (Op::Acquire(field, _), Reply::Acquire(AcquireReply::Granted { token, count })) => match cl.phase {
                 Phase::Held {
@@ -474,6 +509,47 @@ impl FamilyModel {
         }
     }
 
+    /// A writing task's call on its read side: its answer kept in
+    /// [`ClientState::reads`]. False for any other call.
+    fn hear_reads(cl: &mut ClientState, call: &Call, reply: Reply) -> bool {
+        let writing = matches!(
+            cl.phase,
+            Phase::Held {
+                field: Field::Writer(_),
+                ..
+            } | Phase::Lost {
+                field: Field::Writer(_),
+                ..
+            }
+        );
+        match (call.op, reply) {
+            (Op::Acquire(field @ Field::Reader(_), _), Reply::Acquire(r)) if writing => {
+                if let AcquireReply::Granted { token, count } = r {
+                    if count != 1 {
+                        // It entered a read hold a take given up on made.
+                        cl.levels_unknown = true;
+                    }
+                    cl.reads = Some(Reads {
+                        field,
+                        token,
+                        take: (count == 1).then_some(call.req),
+                        count,
+                        valid_until: call.since + LEASE,
+                    });
+                }
+                true
+            }
+            (Op::Release { field, .. }, Reply::Release(r)) if writing && field.is_reader() => {
+                cl.reads = match (r, cl.reads) {
+                    (ReleaseReply::Left(n), Some(x)) if n > 0 => Some(Reads { count: n, ..x }),
+                    _ => None,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// What the last script told the clients' wake channels goes on its
     /// way to them (the server tells only the clients that listen).
     fn post(s: &mut State) {
@@ -512,6 +588,19 @@ impl FamilyModel {
     /// client stops listening, the messages on their way find no wait, and
     /// a wait that stopped without the permits leaves (later, or never).
     fn settle(s: &mut State, c: usize) {
+        let cl = &mut s.clients[c];
+        if let (Phase::Idle, Some(r), None) = (cl.phase, cl.reads, cl.line.call) {
+            // The write went first: the task holds its read side.
+            cl.phase = Phase::Held {
+                field: r.field,
+                token: r.token,
+                take: r.take,
+                count: r.count,
+                valid_until: r.valid_until,
+            };
+            cl.reads = None;
+            s.downgraded = true;
+        }
         let cl = &mut s.clients[c];
         if cl.listen.is_some() {
             let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
@@ -673,6 +762,19 @@ impl Model for FamilyModel {
                     } => {
                         if count < 2 && !matches!(field, Field::Permit(_)) {
                             actions.push(Action::Start(c, Op::Acquire(field, 0)));
+                        }
+                        if let (Field::Writer(o), true) = (field, self.bounds.downgrades) {
+                            actions.push(Action::Start(
+                                c,
+                                match cl.reads {
+                                    None => Op::Acquire(Field::Reader(o), 0),
+                                    Some(r) => Op::Release {
+                                        field: r.field,
+                                        token: r.token,
+                                        take: r.take,
+                                    },
+                                },
+                            ));
                         }
                         actions.push(Action::Start(c, Op::Release { field, token, take }));
                     }
@@ -909,6 +1011,9 @@ impl Model for FamilyModel {
                 !m.bounds.grants || s.handed
             }),
             Property::<Self>::always("no wake-up is lost", |m, s| m.someone_told(s)),
+            Property::<Self>::sometimes("a writing task keeps its read side after its write side", |m, s| {
+                !m.bounds.downgrades || s.downgraded
+            }),
             Property::<Self>::sometimes("a waiter is woken by a message", |m, s| {
                 !(m.bounds.wakes || m.bounds.grants) || s.woke
             }),
@@ -1084,6 +1189,9 @@ fn shift(s: &mut State) {
         }
         if let Phase::Held { valid_until, .. } = &mut cl.phase {
             *valid_until = back(*valid_until, 0);
+        }
+        if let Some(r) = cl.reads.as_mut() {
+            r.valid_until = back(r.valid_until, 0);
         }
     }
 }

@@ -293,6 +293,9 @@ pub enum Defect {
     /// A semaphore's listening refusal does not list its client: no
     /// release tells it.
     RefusalUnlisted,
+    /// A write release that leaves the writer's own readers behind tells
+    /// nobody (the readers waiting could join them).
+    WriteReleaseTellsNoReaders,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -872,7 +875,7 @@ impl Server {
         }
         let (mut writer, mut readers) = (s.writer.is_some(), s.readers);
         // A writer that leaves readers behind wakes readers who may join.
-        let mut wake = !read && readers > 0;
+        let mut wake = !read && readers > 0 && defect != Some(Defect::WriteReleaseTellsNoReaders);
         if let Some(h) = self.hash() {
             h.holds.retain(|x| x.field != r.field);
             if read {
