@@ -8,7 +8,7 @@
 -- KEYS[5]  the reentrant lock's waiters list (clients whose waits sleep,
 --          see shared_wake.lua; absent for other kinds)
 -- KEYS[6]  a read-write lock's writers' channel (its waiting writers
---          listen there; told only for a read-write lock, see ARGV[4])
+--          listen there; told only when the hash is a read-write lock's)
 -- ARGV[1]  message to publish
 -- ARGV[2]  prefix of the waiters' wake channels (fair waiters, and the
 --          clients of the reentrant lock's waiters list)
@@ -27,9 +27,11 @@
 -- A read-write lock's 'mode' field is not an owner (see rw_acquire.lua).
 --
 -- Side effects: DEL of KEYS[1], a PUBLISH on KEYS[2] (and on KEYS[6] for
--- a read-write lock: its writers' marks went with the hash), one on the wake
--- channel of the queue's head when there is one, and one to the first
--- client of KEYS[5] that still listens (wake_next). The fencing-token counter
+-- a read-write lock, whichever handle asks: its writers' marks went with
+-- the hash), one on the wake channel of the queue's head when there is
+-- one, and one to the first client of KEYS[5] that still listens
+-- (wake_next); for a semaphore, whose every permit is free now, to every
+-- client of KEYS[5] that still listens. The fencing-token counter
 -- and the queue are kept, so tokens keep increasing and fair order stays.
 -- A refused PUBLISH (an ACL without channel rights) does not undo the
 -- delete: waiters then wake at their lease bound.
@@ -43,7 +45,8 @@ end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
 end
-if not redis.call('HGET', KEYS[1], ':kind') then
+local own = redis.call('HGET', KEYS[1], ':kind')
+if not own then
   -- A hash some other program wrote (a Redisson lock's too): not a
   -- lockwarden lock, never deleted here.
   return redis.error_reply('WRONGTYPE ' .. foreign(1) .. ' 1')
@@ -63,7 +66,7 @@ if ARGV[4] == 'read' or ARGV[4] == 'write' then
 end
 redis.call('DEL', KEYS[1])
 redis.pcall(publish, KEYS[2], ARGV[1])
-if (ARGV[4] == 'read' or ARGV[4] == 'write') and KEYS[6] then
+if own == 'rw' and KEYS[6] then
   redis.pcall(publish, KEYS[6], ARGV[1])
 end
 local head = redis.pcall('LINDEX', KEYS[3], 0)
@@ -72,5 +75,10 @@ if type(head) == 'string' then
   local wake = type(ask) == 'string' and string.match(ask, ' (%S+)$') or head
   redis.pcall(publish, ARGV[2] .. wake, ARGV[1])
 end
-wake_next(5, ARGV[2], publish, ARGV[1])
+if own == 'semaphore' then
+  -- Each call pops at least one client: the loop ends with the list.
+  while wake_next(5, ARGV[2], publish, ARGV[1]) do end
+else
+  wake_next(5, ARGV[2], publish, ARGV[1])
+end
 return 1

@@ -448,6 +448,70 @@ async fn status_and_list_report_holders_counts_queue_ttl_and_leaks() {
     w.await.unwrap().unwrap();
 }
 
+/// `unlock --force` of a read-write lock tells its waiting writer, which
+/// listens on the writers' channel, and of a semaphore every waiting
+/// client: each gets in at once, not at its next look on its own (a
+/// third of a 90 s waiter timeout, an hour's wake patience).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_force_tells_a_waiting_writer_and_every_semaphore_waiter() {
+    let server = RedisServer::start();
+    let slow = || async {
+        lockwarden::Client::builder(&server.url())
+            .watchdog_lease(Duration::from_secs(30))
+            .fair_waiter_timeout(Duration::from_secs(90))
+            .wake_patience(NO_PATIENCE)
+            .build()
+            .await
+            .unwrap()
+    };
+    let force = |name: &'static str| {
+        let mut cmd = cli(&server);
+        cmd.args(["unlock", "--force", name]);
+        async move {
+            let o = tokio::task::spawn_blocking(move || run(cmd, T)).await.unwrap();
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        }
+    };
+
+    let reader = slow().await;
+    let _reading = reader.rw_lock("doc").unwrap().read().lock().await.unwrap();
+    let c = slow().await;
+    let w = c.rw_lock("doc").unwrap().write();
+    let writer = tokio::spawn(async move { w.lock().await });
+    let marked = || {
+        server
+            .cmd(&["HKEYS", "doc"])
+            .strings()
+            .iter()
+            .any(|f| f.starts_with(":ww:"))
+    };
+    assert!(eventually(Duration::from_secs(5), marked).await, "the writer waits");
+    force("doc").await;
+    let g = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer is told")
+        .unwrap()
+        .unwrap();
+    g.unlock().await.unwrap();
+
+    let _both = reader.semaphore("pool", 2).unwrap().acquire_many(2).await.unwrap();
+    let mut waits = Vec::new();
+    for i in 0..2 {
+        let c = slow().await;
+        waits.push(tokio::spawn(async move {
+            let p = c.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+            (p, c)
+        }));
+        let listed = || server.cmd(&["LLEN", "lockwarden:{pool}:waiters"]).as_int() == Some(i + 1);
+        assert!(eventually(Duration::from_secs(5), listed).await, "waiter {i} listed");
+    }
+    force("pool").await;
+    let both = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(waits))
+        .await
+        .expect("every waiting client is told");
+    assert_eq!(both.len(), 2);
+}
+
 #[test]
 fn bench_w1_prints_valid_json() {
     let server = RedisServer::start();

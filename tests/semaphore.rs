@@ -673,6 +673,37 @@ async fn a_release_hands_the_permit_to_the_client_waiting_longest() {
     .await
 }
 
+/// A force-unlock of a semaphore (`lockwarden unlock --force`, a plain
+/// lock handle) frees every permit: every listed client is told, not only
+/// the first (the others would sleep until their wake patience, an hour
+/// here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_tells_every_waiting_client() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let _both = holder.semaphore("forced", 2).unwrap().acquire_many(2).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..2i64 {
+            let c = client(&server.url(), LONG).await;
+            tasks.push(tokio::spawn(async move {
+                let p = c.semaphore("forced", 2).unwrap().acquire().await.unwrap();
+                (p, c)
+            }));
+            let listed = || server.cmd(&["LLEN", "lockwarden:{forced}:waiters"]).as_int() == Some(i + 1);
+            assert!(eventually(Duration::from_secs(5), listed).await, "waiter {i} listed");
+        }
+        assert!(holder.lock("forced").unwrap().force_unlock().await.unwrap());
+        // Both held at once (a permit given back would wake the other).
+        let both = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(tasks))
+            .await
+            .expect("each waiting client is told by the force-unlock");
+        assert_eq!(held(&server, "forced"), 2);
+        drop(both);
+    })
+    .await
+}
+
 /// A waiting client that is gone (its wake channel no longer subscribed)
 /// is not handed the permit: the release undoes the grant nobody heard and
 /// hands it to the next client in line instead.
