@@ -157,6 +157,7 @@ const RW: FamilyBounds = FamilyBounds {
     grants: false,
     wakes: true,
     downgrades: true,
+    forces: 0,
     depth: Some(11),
 };
 
@@ -172,6 +173,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     grants: false,
     wakes: false,
     downgrades: false,
+    forces: 0,
     depth: Some(13),
 };
 
@@ -187,6 +189,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     grants: true,
     wakes: false,
     downgrades: false,
+    forces: 1,
     depth: Some(13),
 };
 
@@ -201,6 +204,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     grants: false,
     wakes: false,
     downgrades: false,
+    forces: 0,
     depth: Some(13),
 };
 
@@ -217,7 +221,8 @@ const WAKES: FamilyBounds = FamilyBounds {
     grants: false,
     wakes: true,
     downgrades: true,
-    depth: Some(10),
+    forces: 1,
+    depth: Some(9),
 };
 
 /// The depth of bound `name` whose test-command depth is `depth`: `long`
@@ -265,7 +270,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 15] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 16] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -333,6 +338,9 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 15] = [
     // the readers waiting behind it could join its read hold, and nobody
     // tells them.
     (FamilyDefect::WriteReleaseTellsNoReaders, WAKES, WAKE_UP),
+    // The writer behind the reader sleeps on the writers' channel, which
+    // the force-unlock does not tell.
+    (FamilyDefect::ForceTellsReadersOnly, WAKES, WAKE_UP),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";

@@ -69,6 +69,8 @@ pub struct Bounds {
     /// (and gives either back first: a downgrade when the write goes
     /// first).
     pub downgrades: bool,
+    /// Force-unlocks through a plain handle (`lockwarden unlock --force`).
+    pub forces: u8,
     pub depth: Option<usize>,
 }
 
@@ -190,6 +192,10 @@ pub struct State {
     pub unwoken: bool,
     /// A task kept its read side after giving back its write side.
     pub downgraded: bool,
+    pub forces_left: u8,
+    /// A force-unlock freed holds their clients still count on: exclusion
+    /// is no longer promised (the holders learn it at their next renewal).
+    pub forced: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -216,6 +222,8 @@ pub enum Action {
     /// A stopped wait's leave reaches the server, or is lost.
     RunLeave(usize),
     LoseLeave(usize),
+    /// force_unlock.lua through a plain lock handle.
+    ForceUnlock,
 }
 
 #[derive(Clone, Debug)]
@@ -263,6 +271,8 @@ impl FamilyModel {
             woke: false,
             unwoken: false,
             downgraded: false,
+            forces_left: self.bounds.forces,
+            forced: false,
         }
     }
 
@@ -822,6 +832,9 @@ impl Model for FamilyModel {
         if self.bounds.foreign && s.server.name == Name::Absent {
             actions.push(Action::WriteForeign);
         }
+        if s.forces_left > 0 && matches!(s.server.name, Name::Hash(_)) {
+            actions.push(Action::ForceUnlock);
+        }
         if s.numbers_left > 0 {
             actions.push(Action::SetNumber(if s.server.number == Some(0) { PERMITS } else { 0 }));
         }
@@ -933,6 +946,13 @@ impl Model for FamilyModel {
                 s.server.counter.value = None;
             }
             Action::WriteForeign => s.server.name = Name::Foreign,
+            Action::ForceUnlock => {
+                s.forces_left -= 1;
+                let (deleted, sides) = s.server.force_unlock(self.defect);
+                s.forced |= deleted;
+                Self::tell(&mut s, sides);
+                Self::post(&mut s);
+            }
             Action::SetNumber(n) => {
                 s.numbers_left -= 1;
                 s.server.set_number(n);
@@ -968,7 +988,7 @@ impl Model for FamilyModel {
         vec![
             Property::<Self>::always(
                 "never a writer with another holder, nor permits over the number, nor two kinds",
-                |m, s| s.data_lost || m.holders_agree(s),
+                |m, s| s.data_lost || s.forced || m.holders_agree(s),
             ),
             Property::<Self>::always("the number's permits bound the server's holds", |_, s| {
                 let live = s.server.live();

@@ -296,6 +296,10 @@ pub enum Defect {
     /// A write release that leaves the writer's own readers behind tells
     /// nobody (the readers waiting could join them).
     WriteReleaseTellsNoReaders,
+    /// A force-unlock tells the writers' channel only when asked through a
+    /// read-write side's handle (as it did before), not through a plain
+    /// one (`lockwarden unlock --force`).
+    ForceTellsReadersOnly,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -953,6 +957,32 @@ impl Server {
             }
         }
         Ok((true, told))
+    }
+
+    /// force_unlock.lua through a plain lock handle (`lockwarden unlock
+    /// --force`): a hash with a kind is deleted, the lock's channel told,
+    /// and the writers' one for a read-write lock; a semaphore's every
+    /// listening client is told (its permits are all free). True when a
+    /// hash was deleted; the channels told.
+    pub fn force_unlock(&mut self, defect: Option<Defect>) -> (bool, Sides) {
+        self.waiting.told.clear();
+        let Name::Hash(h) = &self.name else {
+            return (false, Sides::default());
+        };
+        let kind = h.kind;
+        self.name = Name::Absent;
+        let sides = Sides {
+            readers: true,
+            writers: kind == Kind::Rw && defect != Some(Defect::ForceTellsReadersOnly),
+        };
+        if kind == Kind::Semaphore {
+            for client in std::mem::take(&mut self.waiting.list) {
+                if self.waiting.subscribed.contains(&client) {
+                    self.waiting.told.push((client, Told::Wake));
+                }
+            }
+        }
+        (true, sides)
     }
 
     /// The number of permits in force: the stored one, else the handle's.
