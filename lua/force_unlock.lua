@@ -21,8 +21,9 @@
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash, "WRONGTYPE
 --   <foreign(1)> 1" when it is a hash lockwarden did not write (no ':kind':
---   a Redisson lock's, or another program's; see foreign in shared.lua);
---   nothing is deleted
+--   a Redisson lock's, or another program's; see foreign in shared.lua),
+--   "WRONGKIND <kind>" when a read-write side's handle (ARGV[4]) finds
+--   another kind's lock; nothing is deleted
 --
 -- A read-write lock's 'mode' field is not an owner (see rw_acquire.lua).
 --
@@ -52,6 +53,10 @@ if not own then
   return redis.error_reply('WRONGTYPE ' .. foreign(1) .. ' 1')
 end
 if ARGV[4] == 'read' or ARGV[4] == 'write' then
+  -- A side's handle frees only a read-write lock (a semaphore's permits
+  -- and a reentrant lock's holder are no side's).
+  local other = wrong_kind(own, 'rw')
+  if other then return other end
   local writer, readers = false, false
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     if string.sub(f, 1, 1) ~= ':' and f ~= 'mode' then

@@ -435,7 +435,9 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors; [`Error::WrongType`] when the key is not a lock (it is
-    /// left untouched).
+    /// left untouched); [`Error::WrongKind`] when a read-write lock's side
+    /// finds another kind's lock (left untouched too: a side frees only a
+    /// read-write lock, where a plain handle frees any lockwarden lock).
     ///
     /// # Cancel safety
     ///

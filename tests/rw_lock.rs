@@ -616,6 +616,32 @@ async fn a_force_unlock_through_a_plain_handle_wakes_the_waiting_writer() {
     .await
 }
 
+/// A read-write side's force-unlock frees only a read-write lock: on a
+/// name a semaphore or a reentrant lock holds it is `WrongKind`, and the
+/// holder's hash is left as it was (a permit's field ends in `:r`, as a
+/// reader's does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sides_force_unlock_leaves_another_kinds_lock_alone() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let permit = c.semaphore("sem", 2).unwrap().acquire().await.unwrap();
+        let held = c.lock("plain").unwrap().lock().await.unwrap();
+        for name in ["sem", "plain"] {
+            let before = server.cmd(&["HGETALL", name]).strings();
+            let rw = c.rw_lock(name).unwrap();
+            for side in [rw.read(), rw.write()] {
+                let r = side.force_unlock().await;
+                assert!(matches!(r, Err(Error::WrongKind { .. })), "{name}: {r:?}");
+            }
+            assert_eq!(server.cmd(&["HGETALL", name]).strings(), before, "{name}");
+        }
+        permit.release().await.unwrap();
+        held.unlock().await.unwrap();
+    })
+    .await
+}
+
 /// Redisson's read-write scenarios on lock state: each side's `is_locked`,
 /// and each side's force-unlock acting only while that side holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
