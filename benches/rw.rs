@@ -7,8 +7,13 @@
 //! name. A reader holds the read side for `HOLD` (standing for the work it
 //! does under the lock), a writer the write side for the same time. Rows:
 //! lockwarden's read-write lock; the peer, the `rlock` crate's read-write
-//! lock at its defaults (it prefers readers and polls every 100 ms); and the
-//! reentrant lock, where readers exclude each other too. Each row runs
+//! lock at its defaults (it prefers readers and polls every 100 ms); the
+//! reentrant lock, where readers exclude each other too; and the floor of
+//! any lock that keeps lockwarden's read-write promises (readers wait
+//! behind a waiting writer, so the writer gets its turns): tokio's fair
+//! read-write lock in this process, each hold also paying the one round
+//! trip to Redis (a PING) that the least a Redis lock costs per handoff
+//! (a release reaching the server, which hands the lock on in place). Each row runs
 //! `LOCKWARDEN_RW_SECS` seconds (default 5; `cargo test --benches` runs half
 //! a second) and reports reads/s, writes/s, the writer's share of the
 //! acquisitions, the writer's and the readers' waits (p50, p99, max), Redis
@@ -41,6 +46,10 @@ enum Kind {
     Rlock,
     /// `Client::lock` for every task: readers exclude each other too.
     Plain,
+    /// The floor (see the header): `tokio::sync::RwLock` (fair: a reader
+    /// asking after a waiting writer queues behind it), each hold one
+    /// round trip longer.
+    Floor,
 }
 
 impl Kind {
@@ -49,6 +58,7 @@ impl Kind {
             Kind::Rw => "rw lock",
             Kind::Rlock => "rlock",
             Kind::Plain => "plain lock",
+            Kind::Floor => "floor",
         }
     }
 }
@@ -61,6 +71,11 @@ enum Side {
         name: String,
         write: bool,
     },
+    Floor {
+        client: lockwarden::Client,
+        lock: Arc<tokio::sync::RwLock<()>>,
+        write: bool,
+    },
 }
 
 /// A hold of either library, given back by `release`.
@@ -68,10 +83,23 @@ enum Hold {
     Lockwarden(lockwarden::LockGuard),
     Read(rlock::async_lock::RReadLockGuard),
     Write(rlock::async_lock::RWriteLockGuard),
+    FloorRead(tokio::sync::OwnedRwLockReadGuard<()>, lockwarden::Client),
+    FloorWrite(tokio::sync::OwnedRwLockWriteGuard<()>, lockwarden::Client),
 }
 
 impl Side {
-    async fn new(server: &RedisServer, kind: Kind, name: &str, write: bool) -> Side {
+    async fn new(
+        server: &RedisServer,
+        kind: Kind,
+        name: &str,
+        write: bool,
+        floor: &Arc<tokio::sync::RwLock<()>>,
+    ) -> Side {
+        if kind == Kind::Floor {
+            let client = lockwarden::Client::connect(&server.url()).await.unwrap();
+            let lock = floor.clone();
+            return Side::Floor { client, lock, write };
+        }
         if kind == Kind::Rlock {
             let client = rlock::async_lock::RLock::new(server.url()).await.unwrap();
             return Side::Rlock {
@@ -105,8 +133,19 @@ impl Side {
                     Err(e) => panic!("rlock: {e}"),
                 }
             }
+            Side::Floor { client, lock, write } => Some(if *write {
+                Hold::FloorWrite(lock.clone().write_owned().await, client.clone())
+            } else {
+                Hold::FloorRead(lock.clone().read_owned().await, client.clone())
+            }),
         }
     }
+}
+
+/// The floor's round trip per hold: the release reaching the server.
+async fn round_trip(client: &lockwarden::Client) {
+    use fred::prelude::ClientLike;
+    let _: String = client.redis().ping(None).await.unwrap();
 }
 
 impl Hold {
@@ -115,6 +154,14 @@ impl Hold {
             Hold::Lockwarden(g) => g.unlock().await.unwrap(),
             Hold::Read(mut g) => g.release().await.unwrap(),
             Hold::Write(mut g) => g.release().await.unwrap(),
+            Hold::FloorRead(g, client) => {
+                round_trip(&client).await;
+                drop(g);
+            }
+            Hold::FloorWrite(g, client) => {
+                round_trip(&client).await;
+                drop(g);
+            }
         }
     }
 }
@@ -164,9 +211,10 @@ async fn task(side: Side, write: bool, plain: bool, s: Arc<Shared>, end: Instant
 async fn row(server: &RedisServer, kind: Kind, secs: f64) {
     let name = format!("rw-bench-{}", kind.label().replace(' ', "-"));
     let shared = Arc::new(Shared::default());
+    let floor = Arc::new(tokio::sync::RwLock::new(()));
     let mut sides = Vec::new();
     for i in 0..=READERS {
-        sides.push((Side::new(server, kind, &name, i == READERS).await, i == READERS));
+        sides.push((Side::new(server, kind, &name, i == READERS, &floor).await, i == READERS));
     }
     let (before, scripts_before, cpu_before) = (
         server.commands_processed(),
@@ -252,7 +300,7 @@ fn main() {
             "evals/acq",
             "violations"
         );
-        for kind in [Kind::Rw, Kind::Rlock, Kind::Plain] {
+        for kind in [Kind::Rw, Kind::Rlock, Kind::Plain, Kind::Floor] {
             row(&server, kind, secs).await;
         }
     });
