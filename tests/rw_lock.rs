@@ -585,28 +585,19 @@ async fn write_read_write_reentrancy_and_force_unlock() {
 /// A force-unlock through a plain lock handle (what `lockwarden unlock
 /// --force` opens) tells the read-write lock's waiting writers too, on
 /// their own channel: the writer behind a reader gets in at once, not at
-/// its next look (a third of a waiter timeout of 90 s here).
+/// its next look (a third of the 30 s waiter timeout of `slow_client`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_unlock_through_a_plain_handle_wakes_the_waiting_writer() {
     bounded(BOUND, async {
         let server = RedisServer::start();
-        let slow = |url: String| async move {
-            lockwarden::Client::builder(&url)
-                .watchdog_lease(LONG)
-                .fair_waiter_timeout(Duration::from_secs(90))
-                .wake_patience(NO_PATIENCE)
-                .build()
-                .await
-                .unwrap()
-        };
-        let reader = slow(server.url()).await;
+        let reader = slow_client(&server).await.unwrap();
         let _reading = reader.rw_lock("plain").unwrap().read().lock().await.unwrap();
-        let c = slow(server.url()).await;
+        let c = slow_client(&server).await.unwrap();
         let w = c.rw_lock("plain").unwrap().write();
         let writer = tokio::spawn(async move { w.lock().await });
         assert!(eventually(Duration::from_secs(5), || marks(&server, "plain") == 1).await);
         assert!(c.lock("plain").unwrap().force_unlock().await.unwrap());
-        let g = tokio::time::timeout(Duration::from_secs(10), writer)
+        let g = tokio::time::timeout(Duration::from_secs(5), writer)
             .await
             .expect("the writer is told by the force-unlock")
             .unwrap()
