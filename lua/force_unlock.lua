@@ -23,7 +23,8 @@
 --   <foreign(1)> 1" when it is a hash lockwarden did not write (no ':kind':
 --   a Redisson lock's, or another program's; see foreign in shared.lua),
 --   "WRONGKIND <kind>" when a read-write side's handle (ARGV[4]) finds
---   another kind's lock; nothing is deleted
+--   another kind's lock, or any handle a count-down latch (no lock);
+--   nothing is deleted
 --
 -- A read-write lock's 'mode' field is not an owner (see rw_acquire.lua).
 --
@@ -51,6 +52,10 @@ if not own then
   -- A hash some other program wrote (a Redisson lock's too): not a
   -- lockwarden lock, never deleted here.
   return redis.error_reply('WRONGTYPE ' .. foreign(1) .. ' 1')
+end
+if own == 'latch' then
+  -- A count-down latch is no lock: it has its own delete.
+  return redis.error_reply('WRONGKIND latch')
 end
 if ARGV[4] == 'read' or ARGV[4] == 'write' then
   -- A side's handle frees only a read-write lock (a semaphore's permits
@@ -81,7 +86,8 @@ if type(head) == 'string' then
   redis.pcall(publish, ARGV[2] .. wake, ARGV[1])
 end
 if own == 'semaphore' then
-  -- Each call pops at least one client: the loop ends with the list.
+  -- A call that tells a client has popped it: the loop ends with the
+  -- list (or at a refused PUBLISH).
   while wake_next(5, ARGV[2], publish, ARGV[1]) do end
 else
   wake_next(5, ARGV[2], publish, ARGV[1])

@@ -437,7 +437,9 @@ impl Lock {
     /// Redis errors; [`Error::WrongType`] when the key is not a lock (it is
     /// left untouched); [`Error::WrongKind`] when a read-write lock's side
     /// finds another kind's lock (left untouched too: a side frees only a
-    /// read-write lock, where a plain handle frees any lockwarden lock).
+    /// read-write lock, where a plain handle frees any lockwarden lock),
+    /// and when the name is a count-down latch's (no lock: see
+    /// [`CountDownLatch::delete`](crate::CountDownLatch::delete)).
     ///
     /// # Cancel safety
     ///

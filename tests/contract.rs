@@ -1156,6 +1156,19 @@ async fn latches_elections_and_lock_kinds_never_share_a_name() {
                     other => panic!("{k:?} over a latch: {other:?}"),
                 }
             }
+            // A force-unlock (a plain handle's, as `lockwarden unlock
+            // --force` makes, or a read-write side's) frees locks only.
+            let rw = a.rw_lock(name).unwrap();
+            for (lock, side) in [
+                (a.lock(name).unwrap(), "plain"),
+                (rw.read(), "read"),
+                (rw.write(), "write"),
+            ] {
+                match lock.force_unlock().await {
+                    Err(Error::WrongKind { found, .. }) => assert_eq!(found, "count-down latch", "{side}"),
+                    other => panic!("a {side} force-unlock over a latch: {other:?}"),
+                }
+            }
             assert_eq!(
                 server.cmd(&["HGETALL", name]).strings(),
                 before,
