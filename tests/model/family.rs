@@ -692,6 +692,16 @@ impl FamilyModel {
             return;
         };
         let ok = s.server.renew(field, LEASE);
+        // The watchdog renews every hold of the client in one call: a
+        // writing task's read hold with its write hold.
+        if let Some(r) = s.clients[c].reads {
+            if s.server.renew(r.field, LEASE) && heard {
+                s.clients[c].reads = Some(Reads {
+                    valid_until: r.valid_until.max(now + LEASE),
+                    ..r
+                });
+            }
+        }
         if heard {
             s.clients[c].phase = if ok {
                 Phase::Held {
