@@ -209,8 +209,9 @@ const MIXED: FamilyBounds = FamilyBounds {
 };
 
 /// The read-write lock's wake-ups: three tasks, each waiting once, from
-/// three starts (nothing held; a reader holding with a writer's and a
-/// reader's waits behind it; a writer holding with two readers' waits).
+/// two starts (a reader holding with a writer's and a reader's waits
+/// behind it; a writer holding with two readers' waits), one force-unlock
+/// and no other fault.
 const WAKES: FamilyBounds = FamilyBounds {
     roles: &[Role::Rw, Role::Rw, Role::Rw],
     acquires: 1,

@@ -62,8 +62,8 @@ pub struct Bounds {
     pub grants: bool,
     /// Read-write waits listen on their side's channel and are woken by
     /// the messages releases and leaves publish there (see the module's
-    /// documentation); the model starts from three states (nothing held,
-    /// and two reached by its own steps, see [`FamilyModel::init_states`]).
+    /// documentation); with three tasks or more the model starts from two
+    /// states its own steps reach (see [`FamilyModel::init_states`]).
     pub wakes: bool,
     /// A read-write task holding the write side also takes the read side
     /// (and gives either back first: a downgrade when the write goes
@@ -722,12 +722,12 @@ impl Model for FamilyModel {
     type State = State;
     type Action = Action;
 
-    /// Nothing held; with wakes, also two starts the model reaches by its
-    /// own steps from there (nine each), given so that the bound reaches
-    /// further past them: client 0 reading with client 1's write wait and
-    /// client 2's read wait behind it (the writer's mark holds the reader
-    /// back), both refused and listening; and client 0 writing with two
-    /// read waits behind it.
+    /// Nothing held; with wakes and three tasks or more, instead, two
+    /// starts the model reaches by its own steps from there (nine each),
+    /// given so that the bound reaches further past them: client 0 reading
+    /// with client 1's write wait and client 2's read wait behind it (the
+    /// writer's mark holds the reader back), both refused and listening;
+    /// and client 0 writing with two read waits behind it.
     fn init_states(&self) -> Vec<State> {
         let empty = self.empty();
         if !self.bounds.wakes || self.bounds.roles.len() < 3 {
