@@ -45,6 +45,8 @@ pub struct Bounds {
     pub faults: u8,
     /// Whether another program may write the lock's name.
     pub foreign: bool,
+    /// Jumps of the server's clock, one tick ahead or back, in all.
+    pub jumps: u8,
     /// Steps explored from the start (`None`: until no new state).
     pub depth: Option<usize>,
 }
@@ -116,6 +118,18 @@ pub struct State {
     /// Ghost: a hold was lost with the server's data: mutual exclusion
     /// then rests on the fencing tokens until the holder hears of it.
     pub data_lost: bool,
+    pub jumps_left: u8,
+    /// Ghosts: the clients (bit per client) whose hold on the server a
+    /// jump of its clock ahead cut short (the server ends it before the
+    /// client's validity does, until a renewal or a new take sets it
+    /// again); how many ticks the server's clock was set back (a hold
+    /// then outlives its lease by as much).
+    pub cut: u8,
+    pub set_back: i32,
+    /// Ghost: a jump ahead cut replay records short: a re-send may then
+    /// come after its record is gone, and count again (a jump longer than
+    /// the records' margin over the re-sends, half their lifetime).
+    pub records_cut: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,6 +147,9 @@ pub enum Action {
     EvictLock,
     EvictCounter,
     WriteForeign,
+    /// The server's clock jumps one tick ahead, or is set one tick back.
+    JumpAhead,
+    JumpBack,
 }
 
 /// The model: its bounds and, to show a property can fail, a defect.
@@ -172,12 +189,32 @@ impl LockModel {
         Self::valid_holders(state) <= 1
     }
 
+    /// Whether a client believes it holds with validity left while its
+    /// hold on the server was cut short by the server's clock jumping
+    /// ahead: the hazard every lease lock has (README, "Not guaranteed").
+    pub fn holds_cut_short(state: &State) -> bool {
+        state.clients.iter().enumerate().any(|(c, cl)| {
+            state.cut & (1 << c) != 0
+                && matches!(cl.phase, Phase::Held { valid_until, .. } if state.server.now < valid_until)
+        })
+    }
+
     fn run(&self, s: &mut State, c: usize) {
         let Some((call, first)) = s.clients[c].line.sent() else {
             return;
         };
         let reply = self.execute(s, c, call, first);
+        Self::heal(s, c);
         s.clients[c].line.reply(reply);
+    }
+
+    /// Client `c`'s hold on the server has a full lease again (a take,
+    /// re-entry or renewal after the jump set it): it outlasts any
+    /// validity the client was told, so the jump no longer cuts it.
+    fn heal(s: &mut State, c: usize) {
+        if matches!(s.server.lock, Key::Hold(h) if h.owner == c as Owner && h.expires >= s.server.now + LEASE) {
+            s.cut &= !(1 << c);
+        }
     }
 
     /// Runs client `c`'s request on the server.
@@ -334,6 +371,10 @@ impl Model for LockModel {
             faults_left: self.bounds.faults,
             have_held: 0,
             data_lost: false,
+            jumps_left: self.bounds.jumps,
+            cut: 0,
+            set_back: 0,
+            records_cut: false,
         }]
     }
 
@@ -376,6 +417,12 @@ impl Model for LockModel {
         if self.bounds.foreign && s.server.lock == Key::Absent {
             actions.push(Action::WriteForeign);
         }
+        // A jump moves deadlines: without one on the server it changes
+        // nothing.
+        if s.jumps_left > 0 && (matches!(s.server.lock, Key::Hold(_)) || !s.server.records.is_empty()) {
+            actions.push(Action::JumpAhead);
+            actions.push(Action::JumpBack);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -403,6 +450,7 @@ impl Model for LockModel {
                     // README states; never a second holder).
                     let was = s.server.lock;
                     self.execute(&mut s, c, call, first);
+                    Self::heal(&mut s, c);
                     if s.server.lock != was {
                         s.clients[c].levels_unknown = true;
                     }
@@ -431,9 +479,11 @@ impl Model for LockModel {
                 // counts from the send).
                 let ok = s.server.renew(c as Owner, LEASE, self.defect);
                 self.hear_renewal(&mut s, c, now, ok);
+                Self::heal(&mut s, c);
             }
             Action::RenewUnheard(c) => {
                 s.server.renew(c as Owner, LEASE, self.defect);
+                Self::heal(&mut s, c);
             }
             Action::Tick => {
                 s.server.advance(1);
@@ -454,6 +504,19 @@ impl Model for LockModel {
                 s.server.counter.value = None;
             }
             Action::WriteForeign => s.server.lock = Key::Foreign,
+            Action::JumpAhead => {
+                s.jumps_left -= 1;
+                if let Key::Hold(h) = s.server.lock {
+                    s.cut |= 1 << h.owner;
+                }
+                s.records_cut |= !s.server.records.is_empty();
+                s.server.jump(1);
+            }
+            Action::JumpBack => {
+                s.jumps_left -= 1;
+                s.set_back += 1;
+                s.server.jump(-1);
+            }
         }
         Some(s)
     }
@@ -461,7 +524,7 @@ impl Model for LockModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::<Self>::always("never two holders with validity left", |_, s| {
-                s.data_lost || LockModel::holders_agree(s)
+                s.data_lost || LockModel::holders_agree(s) || LockModel::holds_cut_short(s)
             }),
             Property::<Self>::always("tokens only grow", |_, s| !s.server.counter.went_back),
             Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
@@ -475,14 +538,27 @@ impl Model for LockModel {
                 !s.server.refusal_moved_lease
             }),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
-                s.clients.iter().all(|c| !c.levels_disagree)
+                s.records_cut || s.clients.iter().all(|c| !c.levels_disagree)
             }),
             Property::<Self>::always("a held name frees by its lease's end", |_, s| match s.server.lock {
-                Key::Hold(h) => h.expires > s.server.now && h.expires <= s.server.now + LEASE,
+                Key::Hold(h) => h.expires > s.server.now && h.expires <= s.server.now + LEASE + s.set_back,
                 _ => true,
             }),
             Property::<Self>::sometimes("every client holds the name in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+            // The hazard is real in the model (so the excuse above is not
+            // hiding something else), and a clock set back does keep a
+            // hold longer.
+            Property::<Self>::sometimes("a clock jumping ahead lets a second holder in", |m, s| {
+                m.bounds.jumps == 0 || (!s.data_lost && !LockModel::holders_agree(s))
+            }),
+            Property::<Self>::sometimes(
+                "a clock jumping ahead past a record's margin counts a re-send twice",
+                |m, s| m.bounds.jumps == 0 || s.clients.iter().any(|c| c.levels_disagree),
+            ),
+            Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
+                m.bounds.jumps == 0 || matches!(s.server.lock, Key::Hold(h) if h.expires > s.server.now + LEASE)
             }),
         ]
     }

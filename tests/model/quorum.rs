@@ -97,6 +97,8 @@ pub enum Action {
     Release(usize),
     Tick,
     Restart(usize),
+    /// A master's clock jumps one tick ahead of the others'.
+    JumpAhead(usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -118,6 +120,11 @@ pub struct State {
     /// whether a grant's token was not above every earlier one.
     pub max_tokens: Vec<u64>,
     pub token_went_back: bool,
+    pub jumps_left: u8,
+    /// Ghost: per master, the clients (bit per client) whose part there
+    /// a jump of its clock cut short, until their lease there is set
+    /// again or they hold nothing.
+    pub cut: [u8; MASTERS],
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -132,6 +139,8 @@ pub struct Bounds {
     /// Also start where client 0 was told its hold was lost (its renewal
     /// found it on master 1 alone), the part there left.
     pub stale_part: bool,
+    /// Jumps of a master's clock, one tick ahead, in all.
+    pub jumps: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -169,6 +178,31 @@ impl QuorumModel {
             .iter()
             .filter(|c| matches!(c.phase, Phase::Held { valid_until, .. } if s.now < valid_until))
             .count()
+    }
+
+    /// Whether a client holds with validity left while a part of its hold
+    /// was cut short by a master's clock jumping ahead (the hazard the
+    /// README's "Hazards" names).
+    pub fn holds_cut_short(s: &State) -> bool {
+        s.clients.iter().enumerate().any(|(c, cl)| {
+            s.cut.iter().any(|bits| bits & (1 << c) != 0)
+                && matches!(cl.phase, Phase::Held { valid_until, .. } if s.now < valid_until)
+        })
+    }
+
+    /// Forgets the cuts that no longer shorten anything: a part whose
+    /// lease was set again in full (a re-entry, a renewal), and every
+    /// part of a client that holds and asks for nothing.
+    fn heal(s: &mut State) {
+        for (m, bits) in s.cut.iter_mut().enumerate() {
+            for (c, cl) in s.clients.iter().enumerate() {
+                let full = matches!(s.masters[m].server.lock,
+                    super::server::Key::Hold(h) if h.owner == c as Owner && h.expires >= s.now + LEASE);
+                if full || cl.phase == Phase::Idle {
+                    *bits &= !(1 << c);
+                }
+            }
+        }
     }
 
     /// The client's attempt is decided: held on a majority of counting
@@ -214,7 +248,12 @@ impl QuorumModel {
         // Granted too late (no validity left), the attempt is undone as
         // one without a majority (`quorum::granted`).
         if let Some(token) = token.filter(|_| from + LEASE > s.now) {
-            if s.max_tokens.iter().any(|&t| token <= t) {
+            // While a part cut short by a clock's jump counts toward a
+            // hold, two holds can overlap, and whichever is decided last
+            // may carry the lower token (the fencing tokens then refuse
+            // its writes after the other's): not counted as going back.
+            let overlapping = s.cut.iter().any(|&bits| bits != 0);
+            if s.max_tokens.iter().any(|&t| token <= t) && !overlapping {
                 s.token_went_back = true;
             }
             s.max_tokens[c] = s.max_tokens[c].max(token);
@@ -310,6 +349,8 @@ impl Model for QuorumModel {
             held_through_restart: false,
             max_tokens: vec![0; self.bounds.clients],
             token_went_back: false,
+            jumps_left: self.bounds.jumps,
+            cut: [0; MASTERS],
         };
         let reach = |steps: &[Action]| {
             steps
@@ -369,6 +410,13 @@ impl Model for QuorumModel {
         if s.restarts_left > 0 {
             for m in 0..MASTERS {
                 actions.push(Action::Restart(m));
+            }
+        }
+        if s.jumps_left > 0 {
+            for m in 0..MASTERS {
+                if matches!(s.masters[m].server.lock, super::server::Key::Hold(_)) {
+                    actions.push(Action::JumpAhead(m));
+                }
             }
         }
     }
@@ -452,14 +500,22 @@ impl Model for QuorumModel {
                     s.held_through_restart = true;
                 }
             }
+            Action::JumpAhead(m) => {
+                s.jumps_left -= 1;
+                if let super::server::Key::Hold(h) = s.masters[m].server.lock {
+                    s.cut[m] |= 1 << h.owner;
+                }
+                s.masters[m].server.jump(1);
+            }
         }
+        Self::heal(&mut s);
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::<Self>::always("never two holders with validity left", |_, s| {
-                QuorumModel::valid_holders(s) <= 1
+                QuorumModel::valid_holders(s) <= 1 || QuorumModel::holds_cut_short(s)
             }),
             Property::<Self>::always("a release never frees another's hold", |_, s| {
                 s.masters.iter().all(|m| !m.server.freed_another)
@@ -468,8 +524,13 @@ impl Model for QuorumModel {
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
             }),
-            Property::<Self>::sometimes("a client holds across a master's restart", |_, s| {
-                s.held_through_restart
+            Property::<Self>::sometimes("a client holds across a master's restart", |m, s| {
+                m.bounds.restarts == 0 || s.held_through_restart
+            }),
+            // The hazard is real in the model: one master's clock ahead
+            // lets a second client in beside a hold on a bare majority.
+            Property::<Self>::sometimes("a master's clock jumping ahead lets a second holder in", |m, s| {
+                m.bounds.jumps == 0 || QuorumModel::valid_holders(s) > 1
             }),
         ]
     }

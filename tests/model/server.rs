@@ -219,6 +219,23 @@ impl Server {
         self.records.retain(|r| r.expires > now);
     }
 
+    /// The server's clock jumps `ticks` ahead (set back when negative)
+    /// while the clients' clocks run on: every deadline it keeps (a key's
+    /// TTL, a record's) comes that much sooner by the clients' clocks, or
+    /// later; keys whose deadline then came are gone. The fencing
+    /// counter's next start is not moved: a jump back smaller than the
+    /// time since the counter started keeps it above every token (the
+    /// README's clock assumption).
+    pub fn jump(&mut self, ticks: i32) {
+        if let Key::Hold(h) = &mut self.lock {
+            h.expires -= ticks;
+        }
+        for r in &mut self.records {
+            r.expires -= ticks;
+        }
+        self.advance(0);
+    }
+
     /// FLUSHALL, or a restart without persistence.
     pub fn flush(&mut self) {
         self.lock = Key::Absent;
