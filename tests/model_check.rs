@@ -187,6 +187,7 @@ const RW: FamilyBounds = FamilyBounds {
     wakes: true,
     downgrades: true,
     forces: 0,
+    jumps: 0,
     depth: Some(11),
 };
 
@@ -203,6 +204,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     wakes: false,
     downgrades: false,
     forces: 0,
+    jumps: 0,
     depth: Some(13),
 };
 
@@ -219,6 +221,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     wakes: false,
     downgrades: false,
     forces: 1,
+    jumps: 0,
     depth: Some(13),
 };
 
@@ -234,6 +237,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     wakes: false,
     downgrades: false,
     forces: 0,
+    jumps: 0,
     depth: Some(13),
 };
 
@@ -252,7 +256,26 @@ const WAKES: FamilyBounds = FamilyBounds {
     wakes: true,
     downgrades: true,
     forces: 1,
+    jumps: 0,
     depth: Some(9),
+};
+
+/// A jump of the server's clock (ahead or back) in place of the data loss
+/// and the foreign key: two read-write tasks, their waits listening and a
+/// writer's marks as in the read-write bound.
+const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
+    roles: &[Role::Rw, Role::Rw],
+    acquires: 2,
+    calls: 4,
+    faults: 0,
+    foreign: false,
+    numbers: 0,
+    grants: false,
+    wakes: true,
+    downgrades: false,
+    forces: 0,
+    jumps: 1,
+    depth: Some(11),
 };
 
 /// The depth of bound `name` whose test-command depth is `depth`: `long`
@@ -289,6 +312,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("GRANTS", GRANTS),
         ("MIXED", MIXED),
         ("WAKES", WAKES),
+        ("JUMPS", JUMPS_FAMILY),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -395,7 +419,17 @@ const FAIR: FairBounds = FairBounds {
     acquires: 2,
     calls: 4,
     faults: 1,
+    jumps: 0,
     depth: Some(11),
+};
+
+/// The fair lock with one jump of the server's clock (ahead or back) in
+/// place of the data loss.
+const FAIR_JUMPS: FairBounds = FairBounds {
+    faults: 0,
+    jumps: 1,
+    depth: Some(10),
+    ..FAIR
 };
 
 fn fair_bounds() -> FairBounds {
@@ -514,6 +548,20 @@ fn the_quorum_keeps_its_other_properties_when_a_masters_clock_jumps() {
     );
 }
 
+/// The fair lock across a jump of the server's clock: what a jump breaks
+/// by design is shown reachable and excused where it reaches (the holds
+/// it cut short, records cut below the re-send window, a lease outliving
+/// its end by the ticks the clock was set back); every other property,
+/// the queue's order and its liveness included, holds.
+#[test]
+fn the_fair_lock_keeps_its_other_properties_when_the_servers_clock_jumps() {
+    let bounds = FairBounds {
+        depth: depth("FAIR_JUMPS", FAIR_JUMPS.depth, 3),
+        ..FAIR_JUMPS
+    };
+    explore(&format!("FAIR_JUMPS {bounds:?}"), FairModel::new(bounds), bounds.depth);
+}
+
 /// Each defect of the quorum, the depth its counterexample needs, and the
 /// property that catches it.
 const QUORUM_CAUGHT: [(QuorumDefect, usize, &str); 6] = [
@@ -576,8 +624,31 @@ const WAKE: WakeBounds = WakeBounds {
     acquires: 2,
     calls: 4,
     faults: 1,
+    jumps: 0,
     depth: Some(10),
 };
+
+/// The waits with one jump of the server's clock (ahead or back) in place
+/// of the data loss.
+const WAKE_JUMPS: WakeBounds = WakeBounds {
+    faults: 0,
+    jumps: 1,
+    depth: Some(9),
+    ..WAKE
+};
+
+/// The reentrant lock's waits across a jump of the server's clock: what a
+/// jump breaks by design is shown reachable and excused where it reaches,
+/// as for the fair lock; no wake-up is lost but where a jump ends a marked
+/// hold or the list early (as their lapsing does).
+#[test]
+fn the_reentrant_locks_waits_keep_their_other_properties_when_the_servers_clock_jumps() {
+    let bounds = WakeBounds {
+        depth: depth("WAKE_JUMPS", WAKE_JUMPS.depth, 3),
+        ..WAKE_JUMPS
+    };
+    explore(&format!("WAKE_JUMPS {bounds:?}"), WakeModel::new(bounds), bounds.depth);
+}
 
 /// The waits' bound, its depth as `depth` says; three clients with
 /// `LOCKWARDEN_MODEL_WAKE_CLIENTS=3`.

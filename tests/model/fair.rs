@@ -172,6 +172,26 @@ impl Server {
         self.records.retain(|r| r.expires > now);
     }
 
+    /// The server's clock jumps `ticks` ahead (set back when negative),
+    /// the clients' clocks running on: the lock's TTL, the waiters'
+    /// deadlines (their scores, read against the server's clock), the
+    /// queue's TTL and the records' come that much sooner, or later.
+    pub fn jump(&mut self, ticks: i32) {
+        if let Some(h) = self.lock.as_mut() {
+            h.expires -= ticks;
+        }
+        for q in &mut self.queue {
+            q.deadline -= ticks;
+        }
+        if !self.queue.is_empty() {
+            self.queue_expires -= ticks;
+        }
+        for r in &mut self.records {
+            r.expires -= ticks;
+        }
+        self.advance(0);
+    }
+
     pub fn flush(&mut self) {
         self.lock = None;
         self.queue.clear();
@@ -445,6 +465,8 @@ pub struct Bounds {
     pub acquires: u8,
     pub calls: u8,
     pub faults: u8,
+    /// Jumps of the server's clock, one tick ahead or back, in all.
+    pub jumps: u8,
     pub depth: Option<usize>,
 }
 
@@ -515,6 +537,14 @@ pub struct State {
     /// Ghost: a waiter took a grant's message for the lock.
     pub granted_by_message: bool,
     pub data_lost: bool,
+    pub jumps_left: u8,
+    /// Ghosts, as the reentrant model's: the clients whose hold (or grant)
+    /// a jump ahead cut short on the server, until it outlasts the
+    /// validity they were told or they hold nothing; the ticks the clock
+    /// was set back; whether a jump ahead cut replay records short.
+    pub cut: u8,
+    pub set_back: i32,
+    pub records_cut: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -536,6 +566,9 @@ pub enum Action {
     Tick,
     Flush,
     EvictCounter,
+    /// The server's clock jumps one tick ahead, or is set one tick back.
+    JumpAhead,
+    JumpBack,
 }
 
 #[derive(Clone, Debug)]
@@ -564,6 +597,37 @@ impl FairModel {
             .filter(|c| !c.line.calls(|op| matches!(op, Op::Release { .. })))
             .filter(|c| matches!(c.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until))
             .count()
+    }
+
+    /// Whether a client holds with validity left while a jump of the
+    /// server's clock ahead cut its hold short there (the hazard of every
+    /// lease lock).
+    pub fn holds_cut_short(s: &State) -> bool {
+        s.clients.iter().enumerate().any(|(c, cl)| {
+            s.cut & (1 << c) != 0 && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
+        })
+    }
+
+    /// Forgets the cuts that shorten nothing any more.
+    fn heal(s: &mut State) {
+        for (c, cl) in s.clients.iter().enumerate() {
+            let whole = match cl.phase {
+                // Nothing held, and no reply on its way that could say so.
+                Phase::Idle => cl.line.call.is_none(),
+                // Its hold outlasts the validity it was told, and no reply
+                // on its way can tell it of more.
+                Phase::Held { valid_until, .. } => {
+                    cl.line.call.is_none()
+                        && s.server
+                            .lock
+                            .is_some_and(|h| h.owner == c as Owner && h.expires >= valid_until)
+                }
+                _ => false,
+            };
+            if whole {
+                s.cut &= !(1 << c);
+            }
+        }
     }
 
     fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
@@ -829,6 +893,10 @@ impl Model for FairModel {
             have_held: 0,
             granted_by_message: false,
             data_lost: false,
+            jumps_left: self.bounds.jumps,
+            cut: 0,
+            set_back: 0,
+            records_cut: false,
         };
         let calls = self.bounds.calls;
         let mut states = vec![empty.clone()];
@@ -934,6 +1002,11 @@ impl Model for FairModel {
                 actions.push(Action::EvictCounter);
             }
         }
+        let dated = s.server.lock.is_some() || !s.server.queue.is_empty() || !s.server.records.is_empty();
+        if s.jumps_left > 0 && dated {
+            actions.push(Action::JumpAhead);
+            actions.push(Action::JumpBack);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -1008,6 +1081,19 @@ impl Model for FairModel {
                 s.server.advance(1);
                 shift(&mut s);
             }
+            Action::JumpAhead => {
+                s.jumps_left -= 1;
+                if let Some(h) = s.server.lock {
+                    s.cut |= 1 << h.owner;
+                }
+                s.records_cut |= !s.server.records.is_empty();
+                s.server.jump(1);
+            }
+            Action::JumpBack => {
+                s.jumps_left -= 1;
+                s.set_back += 1;
+                s.server.jump(-1);
+            }
             Action::Flush => {
                 s.faults_left -= 1;
                 s.data_lost = true;
@@ -1019,13 +1105,14 @@ impl Model for FairModel {
             }
         }
         s.server.sent.clear();
+        Self::heal(&mut s);
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::<Self>::always("never two holders with validity left", |_, s| {
-                s.data_lost || FairModel::valid_holders(s) <= 1
+                s.data_lost || FairModel::valid_holders(s) <= 1 || FairModel::holds_cut_short(s)
             }),
             Property::<Self>::always("tokens only grow", |_, s| !s.server.counter.went_back),
             Property::<Self>::always("a release never frees another's hold", |_, s| !s.server.freed_another),
@@ -1040,15 +1127,16 @@ impl Model for FairModel {
                 "the lock frees by its lease's end, a waiter's place by its deadline",
                 |_, s| {
                     let now = s.server.now;
-                    s.server.lock.is_none_or(|h| h.expires <= now + LEASE)
-                        && s.server.queue.iter().all(|q| q.deadline <= now + WAITER)
+                    let back = s.set_back;
+                    s.server.lock.is_none_or(|h| h.expires <= now + LEASE + back)
+                        && s.server.queue.iter().all(|q| q.deadline <= now + WAITER + back)
                 },
             ),
             Property::<Self>::always("a waiter owed the lock gets it by its next attempt", |m, s| {
                 m.owed_lock_by_next_attempt(s)
             }),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
-                s.clients.iter().all(|c| !c.levels_disagree)
+                s.records_cut || s.clients.iter().all(|c| !c.levels_disagree)
             }),
             Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
                 s.clients.iter().all(|c| !c.lost_release_not_refused)
@@ -1056,6 +1144,12 @@ impl Model for FairModel {
             Property::<Self>::sometimes("a waiter is handed the lock by a message", |_, s| s.granted_by_message),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+            Property::<Self>::sometimes("a clock jumping ahead lets a second holder in", |m, s| {
+                m.bounds.jumps == 0 || (!s.data_lost && FairModel::valid_holders(s) > 1)
+            }),
+            Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
+                m.bounds.jumps == 0 || s.server.lock.is_some_and(|h| h.expires > s.server.now + LEASE)
             }),
         ]
     }

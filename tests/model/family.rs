@@ -71,6 +71,8 @@ pub struct Bounds {
     pub downgrades: bool,
     /// Force-unlocks through a plain handle (`lockwarden unlock --force`).
     pub forces: u8,
+    /// Jumps of the server's clock, one tick ahead or back, in all.
+    pub jumps: u8,
     pub depth: Option<usize>,
 }
 
@@ -196,6 +198,15 @@ pub struct State {
     /// A force-unlock freed holds their clients still count on: exclusion
     /// is no longer promised (the holders learn it at their next renewal).
     pub forced: bool,
+    pub jumps_left: u8,
+    /// Ghosts, as the reentrant model's: the clients whose holds a jump
+    /// ahead may have cut short on the server (every client that believed
+    /// it held one or had a call on its way), until a renewal sets them in full again or they hold
+    /// nothing; the ticks the clock was set back; whether a jump ahead cut
+    /// replay records short.
+    pub cut: u8,
+    pub set_back: i32,
+    pub records_cut: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -224,6 +235,9 @@ pub enum Action {
     LoseLeave(usize),
     /// force_unlock.lua through a plain lock handle.
     ForceUnlock,
+    /// The server's clock jumps one tick ahead, or is set one tick back.
+    JumpAhead,
+    JumpBack,
 }
 
 #[derive(Clone, Debug)]
@@ -273,6 +287,10 @@ impl FamilyModel {
             downgraded: false,
             forces_left: self.bounds.forces,
             forced: false,
+            jumps_left: self.bounds.jumps,
+            cut: 0,
+            set_back: 0,
+            records_cut: false,
         }
     }
 
@@ -692,10 +710,13 @@ impl FamilyModel {
             return;
         };
         let ok = s.server.renew(field, LEASE);
+        let mut whole = ok;
         // The watchdog renews every hold of the client in one call: a
         // writing task's read hold with its write hold.
         if let Some(r) = s.clients[c].reads {
-            if s.server.renew(r.field, LEASE) && heard {
+            let read_ok = s.server.renew(r.field, LEASE);
+            whole &= read_ok;
+            if read_ok && heard {
                 s.clients[c].reads = Some(Reads {
                     valid_until: r.valid_until.max(now + LEASE),
                     ..r
@@ -715,6 +736,16 @@ impl FamilyModel {
                 Phase::Lost { field, token, take }
             };
         }
+        // Each hold it believes in now outlasts the validity it was told.
+        if whole {
+            s.cut &= !(1 << c);
+        }
+    }
+
+    /// Whether a client holds with validity left while a jump of the
+    /// server's clock ahead may have cut its holds short there.
+    fn holds_cut_short(s: &State) -> bool {
+        Self::valid_holds(s).iter().any(|h| s.cut & (1 << h.0) != 0)
     }
 }
 
@@ -845,6 +876,11 @@ impl Model for FamilyModel {
         if s.forces_left > 0 && matches!(s.server.name, Name::Hash(_)) {
             actions.push(Action::ForceUnlock);
         }
+        let dated = matches!(s.server.name, Name::Hash(_)) || !s.server.records.is_empty();
+        if s.jumps_left > 0 && dated {
+            actions.push(Action::JumpAhead);
+            actions.push(Action::JumpBack);
+        }
         if s.numbers_left > 0 {
             actions.push(Action::SetNumber(if s.server.number == Some(0) { PERMITS } else { 0 }));
         }
@@ -936,6 +972,24 @@ impl Model for FamilyModel {
                 }
                 cl.phase = Phase::Idle;
             }
+            Action::JumpAhead => {
+                s.jumps_left -= 1;
+                for (c, cl) in s.clients.iter().enumerate() {
+                    // What it holds, or a take whose reply is on its way.
+                    if matches!(cl.phase, Phase::Held { .. }) || cl.reads.is_some() || cl.line.call.is_some() {
+                        s.cut |= 1 << c;
+                    }
+                }
+                s.records_cut |= !s.server.records.is_empty();
+                // What a tick would end, a tick ahead ends now.
+                s.unwoken |= (self.bounds.wakes || self.bounds.grants) && lapses(&s.server);
+                s.server.jump(1);
+            }
+            Action::JumpBack => {
+                s.jumps_left -= 1;
+                s.set_back += 1;
+                s.server.jump(-1);
+            }
             Action::Tick => {
                 s.unwoken |= (self.bounds.wakes || self.bounds.grants) && lapses(&s.server);
                 s.server.advance(1);
@@ -990,6 +1044,11 @@ impl Model for FamilyModel {
         }
         for c in 0..s.clients.len() {
             Self::settle(&mut s, c);
+            let cl = &s.clients[c];
+            // Nothing held, and no reply on its way that could say so.
+            if !matches!(cl.phase, Phase::Held { .. }) && cl.reads.is_none() && cl.line.call.is_none() {
+                s.cut &= !(1 << c);
+            }
         }
         Some(s)
     }
@@ -998,7 +1057,7 @@ impl Model for FamilyModel {
         vec![
             Property::<Self>::always(
                 "never a writer with another holder, nor permits over the number, nor two kinds",
-                |m, s| s.data_lost || s.forced || m.holders_agree(s),
+                |m, s| s.data_lost || s.forced || m.holders_agree(s) || Self::holds_cut_short(s),
             ),
             Property::<Self>::always("the number's permits bound the server's holds", |_, s| {
                 let live = s.server.live();
@@ -1021,15 +1080,15 @@ impl Model for FamilyModel {
                 !s.server.waiter_moved_lease
             }),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
-                s.clients.iter().all(|c| !c.levels_disagree)
+                s.records_cut || s.clients.iter().all(|c| !c.levels_disagree)
             }),
             Property::<Self>::always("every hold ends by its lease, within the hash's TTL", |_, s| {
                 match &s.server.name {
-                    Name::Hash(h) => h
-                        .holds
-                        .iter()
-                        .filter(|x| x.deadline > s.server.now)
-                        .all(|x: &Holding| x.deadline <= s.server.now + LEASE && x.deadline <= h.expires),
+                    Name::Hash(h) => {
+                        h.holds.iter().filter(|x| x.deadline > s.server.now).all(|x: &Holding| {
+                            x.deadline <= s.server.now + LEASE + s.set_back && x.deadline <= h.expires
+                        })
+                    }
                     _ => true,
                 }
             }),
@@ -1049,6 +1108,14 @@ impl Model for FamilyModel {
             }),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.roles.len()) - 1
+            }),
+            Property::<Self>::sometimes("a clock jumping ahead lets another holder in", |m, s| {
+                m.bounds.jumps == 0 || (!s.data_lost && !s.forced && !m.holders_agree(s))
+            }),
+            Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
+                m.bounds.jumps == 0
+                    || matches!(&s.server.name, Name::Hash(h)
+                        if h.holds.iter().any(|x| x.deadline > s.server.now + LEASE))
             }),
         ]
     }

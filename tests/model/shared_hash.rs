@@ -372,6 +372,37 @@ impl Server {
         }
     }
 
+    /// The server's clock jumps `ticks` ahead (set back when negative),
+    /// the clients' clocks running on: the hash's TTL, each hold's and
+    /// mark's deadline (read against the server's clock), the records',
+    /// the list's and the asks' TTLs come that much sooner, or later. A
+    /// deadline already passed stays passed (the model keeps no record of
+    /// how long ago it passed).
+    pub fn jump(&mut self, ticks: i32) {
+        let now = self.now;
+        let moved = |d: i32| if d > now { (d - ticks).max(now) } else { d };
+        if let Name::Hash(h) = &mut self.name {
+            h.expires -= ticks;
+            for x in &mut h.holds {
+                x.deadline = moved(x.deadline);
+            }
+            for m in &mut h.marks {
+                m.1 = moved(m.1);
+            }
+        }
+        for r in &mut self.records {
+            r.expires -= ticks;
+        }
+        let w = &mut self.waiting;
+        if !w.list.is_empty() {
+            w.list_expires -= ticks;
+        }
+        if !w.asks.is_empty() {
+            w.asks_expires -= ticks;
+        }
+        self.advance(0);
+    }
+
     pub fn flush(&mut self) {
         self.name = Name::Absent;
         self.counter.value = None;

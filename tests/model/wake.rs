@@ -202,6 +202,26 @@ impl Server {
         unwoken
     }
 
+    /// The server's clock jumps `ticks` ahead (set back when negative),
+    /// the clients' clocks running on: the lock's, the list's, the asks'
+    /// and the records' TTLs come that much sooner, or later. True when a
+    /// wake-up may then go unheard (as [`Server::advance`]).
+    pub fn jump(&mut self, ticks: i32) -> bool {
+        if let Some(h) = self.lock.as_mut() {
+            h.expires -= ticks;
+        }
+        if !self.waiters.is_empty() {
+            self.waiters_expires -= ticks;
+        }
+        if !self.asks.is_empty() {
+            self.asks_expires -= ticks;
+        }
+        for r in &mut self.records {
+            r.expires -= ticks;
+        }
+        self.advance(0)
+    }
+
     pub fn flush(&mut self) {
         self.lock = None;
         self.waiters.clear();
@@ -496,6 +516,8 @@ pub struct Bounds {
     pub acquires: u8,
     pub calls: u8,
     pub faults: u8,
+    /// Jumps of the server's clock, one tick ahead or back, in all.
+    pub jumps: u8,
     pub depth: Option<usize>,
 }
 
@@ -575,6 +597,14 @@ pub struct State {
     pub granted_by_message: bool,
     pub unwoken: bool,
     pub data_lost: bool,
+    pub jumps_left: u8,
+    /// Ghosts, as the reentrant model's: the clients whose hold (or grant)
+    /// a jump ahead cut short on the server, until it outlasts the
+    /// validity they were told or they hold nothing; the ticks the clock
+    /// was set back; whether a jump ahead cut replay records short.
+    pub cut: u8,
+    pub set_back: i32,
+    pub records_cut: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -593,6 +623,9 @@ pub enum Action {
     LeaveLost(usize),
     /// Client `c`'s subscription lingered out (no wait).
     Unsubscribe(usize),
+    /// The server's clock jumps one tick ahead, or is set one tick back.
+    JumpAhead,
+    JumpBack,
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -629,6 +662,36 @@ impl WakeModel {
             .filter(|c| !c.line.calls(|op| matches!(op, Op::Release { .. })))
             .filter(|c| matches!(c.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until))
             .count()
+    }
+
+    /// Whether a client holds with validity left while a jump of the
+    /// server's clock ahead cut its hold short there.
+    pub fn holds_cut_short(s: &State) -> bool {
+        s.clients.iter().enumerate().any(|(c, cl)| {
+            s.cut & (1 << c) != 0 && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
+        })
+    }
+
+    /// Forgets the cuts that shorten nothing any more.
+    fn heal(s: &mut State) {
+        for (c, cl) in s.clients.iter().enumerate() {
+            let whole = match cl.phase {
+                // Nothing held, and no reply on its way that could say so.
+                Phase::Idle => cl.line.call.is_none(),
+                // Its hold outlasts the validity it was told, and no reply
+                // on its way can tell it of more.
+                Phase::Held { valid_until, .. } => {
+                    cl.line.call.is_none()
+                        && s.server
+                            .lock
+                            .is_some_and(|h| h.owner == c as Owner && h.expires >= valid_until)
+                }
+                _ => false,
+            };
+            if whole {
+                s.cut &= !(1 << c);
+            }
+        }
     }
 
     fn execute(&self, s: &mut State, c: usize, call: Call, first: bool) -> Reply {
@@ -960,6 +1023,10 @@ impl Model for WakeModel {
             granted_by_message: false,
             unwoken: false,
             data_lost: false,
+            jumps_left: self.bounds.jumps,
+            cut: 0,
+            set_back: 0,
+            records_cut: false,
         };
         let mut states = vec![empty.clone()];
         if n < 2 || self.bounds.acquires == 0 || self.bounds.calls < 2 {
@@ -1044,6 +1111,12 @@ impl Model for WakeModel {
             if s.server.counter.value.is_some() {
                 actions.push(Action::EvictCounter);
             }
+        }
+        let sv = &s.server;
+        let dated = sv.lock.is_some() || !sv.waiters.is_empty() || !sv.asks.is_empty() || !sv.records.is_empty();
+        if s.jumps_left > 0 && dated {
+            actions.push(Action::JumpAhead);
+            actions.push(Action::JumpBack);
         }
     }
 
@@ -1153,6 +1226,19 @@ impl Model for WakeModel {
                 s.unwoken |= s.server.advance(1);
                 shift(&mut s);
             }
+            Action::JumpAhead => {
+                s.jumps_left -= 1;
+                if let Some(h) = s.server.lock {
+                    s.cut |= 1 << h.owner;
+                }
+                s.records_cut |= !s.server.records.is_empty();
+                s.unwoken |= s.server.jump(1);
+            }
+            Action::JumpBack => {
+                s.jumps_left -= 1;
+                s.set_back += 1;
+                s.unwoken |= s.server.jump(-1);
+            }
             Action::Flush => {
                 s.faults_left -= 1;
                 s.data_lost = true;
@@ -1164,13 +1250,14 @@ impl Model for WakeModel {
             }
         }
         s.server.sent.clear();
+        Self::heal(&mut s);
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::<Self>::always("never two holders with validity left", |_, s| {
-                s.data_lost || WakeModel::valid_holders(s) <= 1
+                s.data_lost || WakeModel::valid_holders(s) <= 1 || WakeModel::holds_cut_short(s)
             }),
             Property::<Self>::always("tokens only grow", |_, s| !s.server.counter.went_back),
             Property::<Self>::always("a release or a leave never frees another's hold", |_, s| {
@@ -1180,14 +1267,16 @@ impl Model for WakeModel {
                 !s.server.waiter_moved_lease
             }),
             Property::<Self>::always("the lock frees by its lease's end", |_, s| {
-                s.server.lock.is_none_or(|h| h.expires <= s.server.now + LEASE)
+                s.server
+                    .lock
+                    .is_none_or(|h| h.expires <= s.server.now + LEASE + s.set_back)
             }),
             Property::<Self>::always("no wake-up is lost", |_, s| WakeModel::someone_told(s)),
             Property::<Self>::always("a waiter handed the lock gets it by its next attempt", |m, s| {
                 m.owed_lock_by_next_attempt(s)
             }),
             Property::<Self>::always("a replayed call is counted once", |_, s| {
-                s.clients.iter().all(|c| !c.levels_disagree)
+                s.records_cut || s.clients.iter().all(|c| !c.levels_disagree)
             }),
             Property::<Self>::always("a lost hold's release is NotHeld", |_, s| {
                 s.clients.iter().all(|c| !c.lost_release_not_refused)
@@ -1195,6 +1284,12 @@ impl Model for WakeModel {
             Property::<Self>::sometimes("a waiter is handed the lock by a message", |_, s| s.granted_by_message),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
+            }),
+            Property::<Self>::sometimes("a clock jumping ahead lets a second holder in", |m, s| {
+                m.bounds.jumps == 0 || (!s.data_lost && WakeModel::valid_holders(s) > 1)
+            }),
+            Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
+                m.bounds.jumps == 0 || s.server.lock.is_some_and(|h| h.expires > s.server.now + LEASE)
             }),
         ]
     }
