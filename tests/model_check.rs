@@ -278,6 +278,17 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     depth: Some(11),
 };
 
+/// The semaphore across a jump: the grants bound's two clients, their
+/// waits asking for direct grants and listening, one jump ahead or back
+/// in place of the data loss and the force-unlock.
+const SEM_JUMPS: FamilyBounds = FamilyBounds {
+    faults: 0,
+    forces: 0,
+    jumps: 1,
+    depth: Some(12),
+    ..GRANTS
+};
+
 /// The depth of bound `name` whose test-command depth is `depth`: `long`
 /// more in the longer run (`LOCKWARDEN_MODEL_LONG=1`), or
 /// `LOCKWARDEN_MODEL_<name>_DEPTH`.
@@ -313,6 +324,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("MIXED", MIXED),
         ("WAKES", WAKES),
         ("JUMPS", JUMPS_FAMILY),
+        ("SEM_JUMPS", SEM_JUMPS),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
