@@ -188,6 +188,7 @@ const RW: FamilyBounds = FamilyBounds {
     downgrades: true,
     forces: 0,
     jumps: 0,
+    handed: false,
     depth: Some(11),
 };
 
@@ -205,6 +206,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     downgrades: false,
     forces: 0,
     jumps: 0,
+    handed: false,
     depth: Some(13),
 };
 
@@ -222,6 +224,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     downgrades: false,
     forces: 1,
     jumps: 0,
+    handed: false,
     depth: Some(13),
 };
 
@@ -238,6 +241,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     downgrades: false,
     forces: 0,
     jumps: 0,
+    handed: false,
     depth: Some(13),
 };
 
@@ -257,6 +261,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     downgrades: true,
     forces: 1,
     jumps: 0,
+    handed: false,
     depth: Some(9),
 };
 
@@ -275,6 +280,7 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     downgrades: false,
     forces: 0,
     jumps: 1,
+    handed: false,
     depth: Some(11),
 };
 
@@ -285,6 +291,16 @@ const SEM_JUMPS: FamilyBounds = FamilyBounds {
     faults: 0,
     forces: 0,
     jumps: 1,
+    depth: Some(12),
+    ..GRANTS
+};
+
+/// The semaphore past a grant: the grants bound's clients from where
+/// client 1 was just handed both permits, its message on the way (nine
+/// steps into the grants bound), one data loss and no force-unlock.
+const HANDED: FamilyBounds = FamilyBounds {
+    forces: 0,
+    handed: true,
     depth: Some(12),
     ..GRANTS
 };
@@ -325,6 +341,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("WAKES", WAKES),
         ("JUMPS", JUMPS_FAMILY),
         ("SEM_JUMPS", SEM_JUMPS),
+        ("HANDED", HANDED),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -336,7 +353,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 16] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 17] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -407,6 +424,11 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 16] = [
     // The writer behind the reader sleeps on the writers' channel, which
     // the force-unlock does not tell.
     (FamilyDefect::ForceTellsReadersOnly, WAKES, WAKE_UP),
+    // The grant's message is held up past the grant's first lease; client
+    // 0 takes its permit again, client 1's next attempt is refused, and
+    // the old message, naming the earlier attempt, is taken for the
+    // permits: three permits held of two.
+    (FamilyDefect::ClaimIgnoresAttempt, HANDED, EXCLUSION),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";

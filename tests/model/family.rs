@@ -73,6 +73,11 @@ pub struct Bounds {
     pub forces: u8,
     /// Jumps of the server's clock, one tick ahead or back, in all.
     pub jumps: u8,
+    /// With grants: start (only) where client 1's wait (for more permits
+    /// than client 0's hold leaves free) was just handed its permits by
+    /// client 0's release, the grant's message on its way, so that the
+    /// bound reaches further past a grant (the late grant message).
+    pub handed: bool,
     pub depth: Option<usize>,
 }
 
@@ -201,7 +206,7 @@ pub struct State {
     pub jumps_left: u8,
     /// Ghosts, as the reentrant model's: the clients whose holds a jump
     /// ahead may have cut short on the server (every client that believed
-    /// it held one or had a call on its way), until a renewal sets them in full again or they hold
+    /// it held one, waited, or had a call on its way), until a renewal sets them in full again or they hold
     /// nothing; the ticks the clock was set back; whether a jump ahead cut
     /// replay records short.
     pub cut: u8,
@@ -683,7 +688,7 @@ impl FamilyModel {
             s.woke = true;
             return;
         };
-        let named = u32::from(w.attempt) == attempt;
+        let named = u32::from(w.attempt) == attempt || self.defect == Some(Defect::ClaimIgnoresAttempt);
         if w.req == req && named && cl.line.call.is_none() && now < w.sent + ms / 2 {
             cl.phase = Phase::Held {
                 field,
@@ -695,6 +700,41 @@ impl FamilyModel {
             s.have_held |= 1 << c;
             s.handed = true;
         }
+    }
+
+    /// Client 0 holds a permit, client 1's wait for two is refused and
+    /// listed with its ask, and client 0's release hands client 1 both
+    /// permits: the grant stands on the server and its message is on its
+    /// way to client 1.
+    fn handed(&self, empty: &State) -> State {
+        let permit = |c: usize| Field::Permit(owner_of(c, 0));
+        let mut s = [
+            Action::Start(0, Op::Acquire(permit(0), 0)),
+            Action::Net(0, Net::Run),
+            Action::Net(0, Net::Hear),
+            Action::Start(1, Op::Acquire(permit(1), 0)),
+            Action::Net(1, Net::Run),
+            Action::Net(1, Net::Hear),
+        ]
+        .iter()
+        .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
+        .expect("a start the model reaches");
+        let Phase::Held { field, token, take, .. } = s.clients[0].phase else {
+            panic!("client 0 holds a permit: {:?}", s.clients[0].phase);
+        };
+        for a in [
+            Action::Start(0, Op::Release { field, token, take }),
+            Action::Net(0, Net::Run),
+            Action::Net(0, Net::Hear),
+        ] {
+            s = self.next_state(&s, a).expect("a start the model reaches");
+        }
+        assert!(
+            matches!(s.clients[1].inbox.first(), Some(Told::Grant { .. })),
+            "client 1 is handed its permits: {:?}",
+            s.clients[1]
+        );
+        s
     }
 
     fn renew(&self, s: &mut State, c: usize, heard: bool) {
@@ -761,6 +801,9 @@ impl Model for FamilyModel {
     /// and client 0 writing with two read waits behind it.
     fn init_states(&self) -> Vec<State> {
         let empty = self.empty();
+        if self.bounds.grants && self.bounds.handed {
+            return vec![self.handed(&empty)];
+        }
         if !self.bounds.wakes || self.bounds.roles.len() < 3 {
             return vec![empty];
         }
@@ -975,8 +1018,10 @@ impl Model for FamilyModel {
             Action::JumpAhead => {
                 s.jumps_left -= 1;
                 for (c, cl) in s.clients.iter().enumerate() {
-                    // What it holds, or a take whose reply is on its way.
-                    if matches!(cl.phase, Phase::Held { .. }) || cl.reads.is_some() || cl.line.call.is_some() {
+                    // What it holds, a take whose reply is on its way, or a
+                    // wait a release may have handed permits to already.
+                    let waits = matches!(cl.phase, Phase::Held { .. } | Phase::Waiting { .. });
+                    if waits || cl.reads.is_some() || cl.line.call.is_some() {
                         s.cut |= 1 << c;
                     }
                 }
@@ -1045,8 +1090,10 @@ impl Model for FamilyModel {
         for c in 0..s.clients.len() {
             Self::settle(&mut s, c);
             let cl = &s.clients[c];
-            // Nothing held, and no reply on its way that could say so.
-            if !matches!(cl.phase, Phase::Held { .. }) && cl.reads.is_none() && cl.line.call.is_none() {
+            // Nothing held or waited for, and no reply on its way that
+            // could say otherwise.
+            let idle = matches!(cl.phase, Phase::Idle | Phase::Lost { .. });
+            if idle && cl.reads.is_none() && cl.line.call.is_none() {
                 s.cut &= !(1 << c);
             }
         }

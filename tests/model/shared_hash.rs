@@ -296,6 +296,10 @@ pub enum Defect {
     /// A write release that leaves the writer's own readers behind tells
     /// nobody (the readers waiting could join them).
     WriteReleaseTellsNoReaders,
+    /// A waiting semaphore client claims any grant message to its wait,
+    /// whichever attempt it names (a client's defect: how the reentrant
+    /// and fair locks' waits once took a late grant message).
+    ClaimIgnoresAttempt,
     /// A force-unlock tells the writers' channel only when asked through a
     /// read-write side's handle (as it did before), not through a plain
     /// one (`lockwarden unlock --force`).
