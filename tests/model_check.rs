@@ -454,8 +454,30 @@ const FAIR: FairBounds = FairBounds {
     calls: 4,
     faults: 1,
     jumps: 0,
+    forces: 0,
     depth: Some(11),
 };
+
+/// The fair lock with one force-unlock in place of the data loss.
+const FAIR_FORCE: FairBounds = FairBounds {
+    faults: 0,
+    forces: 1,
+    depth: Some(10),
+    ..FAIR
+};
+
+/// A force-unlock frees the fair lock whoever holds it: a second holder
+/// is then reachable, and excused for the hold it deleted until its
+/// client learns; the queue stays, so the free lock still goes to its
+/// head (told by the force-unlock), and every other property holds.
+#[test]
+fn the_fair_lock_keeps_its_other_properties_across_a_force_unlock() {
+    let bounds = FairBounds {
+        depth: depth("FAIR_FORCE", FAIR_FORCE.depth, 3),
+        ..FAIR_FORCE
+    };
+    explore(&format!("FAIR_FORCE {bounds:?}"), FairModel::new(bounds), bounds.depth);
+}
 
 /// The fair lock with one jump of the server's clock (ahead or back) in
 /// place of the data loss.
@@ -659,8 +681,32 @@ const WAKE: WakeBounds = WakeBounds {
     calls: 4,
     faults: 1,
     jumps: 0,
+    forces: 0,
     depth: Some(10),
 };
+
+/// The waits with one force-unlock (`lockwarden unlock --force`) in place
+/// of the data loss.
+const WAKE_FORCE: WakeBounds = WakeBounds {
+    faults: 0,
+    forces: 1,
+    depth: Some(9),
+    ..WAKE
+};
+
+/// A force-unlock frees the name whoever holds it: a second holder is
+/// then reachable, and excused for the hold it deleted until its client
+/// learns (at its next renewal); the force-unlock tells the first listed
+/// client still listening, so no wake-up is lost, and every other
+/// property holds.
+#[test]
+fn the_reentrant_locks_waits_keep_their_other_properties_across_a_force_unlock() {
+    let bounds = WakeBounds {
+        depth: depth("WAKE_FORCE", WAKE_FORCE.depth, 3),
+        ..WAKE_FORCE
+    };
+    explore(&format!("WAKE_FORCE {bounds:?}"), WakeModel::new(bounds), bounds.depth);
+}
 
 /// The waits with one jump of the server's clock (ahead or back) in place
 /// of the data loss.
@@ -746,6 +792,16 @@ fn every_wait_property_finds_the_defect_it_is_there_for() {
             WakeModel::with_defect(bounds, defect),
             bounds.depth,
             property,
+        );
+    }
+    // A force-unlock that tells nobody: the client listed behind the
+    // holder sleeps on a free lock.
+    if only.as_deref().is_none_or(|o| o == "ForceTellsNobody") {
+        counterexample(
+            "ForceTellsNobody",
+            WakeModel::with_defect(WAKE_FORCE, WakeDefect::ForceTellsNobody),
+            WAKE_FORCE.depth,
+            "no wake-up is lost",
         );
     }
 }

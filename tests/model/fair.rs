@@ -172,6 +172,17 @@ impl Server {
         self.records.retain(|r| r.expires > now);
     }
 
+    /// force_unlock.lua on a fair lock: the hash deleted whoever holds it,
+    /// the queue and the counter kept (fair order stays), and the queue's
+    /// head, as it stands (live or not), told with a plain wake-up.
+    pub fn force_unlock(&mut self) {
+        self.lock = None;
+        if let Some(head) = self.queue.first() {
+            let owner = head.owner;
+            self.send(owner, Msg::Wake);
+        }
+    }
+
     /// The server's clock jumps `ticks` ahead (set back when negative),
     /// the clients' clocks running on: the lock's TTL, the waiters'
     /// deadlines (their scores, read against the server's clock), the
@@ -467,6 +478,8 @@ pub struct Bounds {
     pub faults: u8,
     /// Jumps of the server's clock, one tick ahead or back, in all.
     pub jumps: u8,
+    /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
+    pub forces: u8,
     pub depth: Option<usize>,
 }
 
@@ -545,6 +558,10 @@ pub struct State {
     pub cut: u8,
     pub set_back: i32,
     pub records_cut: bool,
+    pub forces_left: u8,
+    /// Ghost: the clients whose hold a force-unlock deleted while they
+    /// count on it (until they learn, or hold a new one).
+    pub forced: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -569,6 +586,8 @@ pub enum Action {
     /// The server's clock jumps one tick ahead, or is set one tick back.
     JumpAhead,
     JumpBack,
+    /// force_unlock.lua on the lock.
+    ForceUnlock,
 }
 
 #[derive(Clone, Debug)]
@@ -604,7 +623,8 @@ impl FairModel {
     /// lease lock).
     pub fn holds_cut_short(s: &State) -> bool {
         s.clients.iter().enumerate().any(|(c, cl)| {
-            s.cut & (1 << c) != 0 && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
+            (s.cut | s.forced) & (1 << c) != 0
+                && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
         })
     }
 
@@ -626,6 +646,7 @@ impl FairModel {
             };
             if whole {
                 s.cut &= !(1 << c);
+                s.forced &= !(1 << c);
             }
         }
     }
@@ -894,6 +915,8 @@ impl Model for FairModel {
             granted_by_message: false,
             data_lost: false,
             jumps_left: self.bounds.jumps,
+            forces_left: self.bounds.forces,
+            forced: 0,
             cut: 0,
             set_back: 0,
             records_cut: false,
@@ -1007,6 +1030,9 @@ impl Model for FairModel {
             actions.push(Action::JumpAhead);
             actions.push(Action::JumpBack);
         }
+        if s.forces_left > 0 && s.server.lock.is_some() {
+            actions.push(Action::ForceUnlock);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -1094,6 +1120,13 @@ impl Model for FairModel {
                 s.set_back += 1;
                 s.server.jump(-1);
             }
+            Action::ForceUnlock => {
+                s.forces_left -= 1;
+                if let Some(h) = s.server.lock {
+                    s.forced |= 1 << h.owner;
+                }
+                s.server.force_unlock();
+            }
             Action::Flush => {
                 s.faults_left -= 1;
                 s.data_lost = true;
@@ -1150,6 +1183,11 @@ impl Model for FairModel {
             }),
             Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
                 m.bounds.jumps == 0 || s.server.lock.is_some_and(|h| h.expires > s.server.now + LEASE)
+            }),
+            // Bounds with force-unlocks have no jumps: only the
+            // force-unlock reaches this.
+            Property::<Self>::sometimes("a force-unlock lets a second holder in", |m, s| {
+                m.bounds.forces == 0 || (!s.data_lost && FairModel::valid_holders(s) > 1)
             }),
         ]
     }

@@ -115,6 +115,9 @@ pub enum Defect {
     CounterRestartsAtOne,
     /// A re-entry records no reply.
     ReentryUnrecorded,
+    /// A force-unlock deletes the lock and tells none of its listed
+    /// clients.
+    ForceTellsNobody,
 }
 
 /// The lock's keys on one master, and what is on its way to each client's
@@ -464,6 +467,23 @@ impl Server {
         false
     }
 
+    /// force_unlock.lua on a reentrant lock: the hash deleted whoever holds
+    /// it (the counter and the list kept), and the first listed client
+    /// still subscribed told with a plain wake-up (`wake_next` without
+    /// grants: its ask stays until its TTL or its next attempt).
+    pub fn force_unlock(&mut self, defect: Option<Defect>) {
+        self.lock = None;
+        if defect == Some(Defect::ForceTellsNobody) {
+            return;
+        }
+        while !self.waiters.is_empty() {
+            let id = self.waiters.remove(0);
+            if self.publish(id, Msg::Wake) {
+                return;
+            }
+        }
+    }
+
     /// wake_next.lua: with `stopped` (a wait of `owner` that asked for
     /// grants under that request, and stops without the lock), its ask
     /// taken back and a grant made to it given back (one level); then one
@@ -518,6 +538,8 @@ pub struct Bounds {
     pub faults: u8,
     /// Jumps of the server's clock, one tick ahead or back, in all.
     pub jumps: u8,
+    /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
+    pub forces: u8,
     pub depth: Option<usize>,
 }
 
@@ -605,6 +627,11 @@ pub struct State {
     pub cut: u8,
     pub set_back: i32,
     pub records_cut: bool,
+    pub forces_left: u8,
+    /// Ghost: the clients whose hold a force-unlock deleted while they
+    /// count on it (until they learn, or hold a new one): exclusion is not
+    /// promised to them (they learn at their next renewal).
+    pub forced: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -626,6 +653,8 @@ pub enum Action {
     /// The server's clock jumps one tick ahead, or is set one tick back.
     JumpAhead,
     JumpBack,
+    /// force_unlock.lua on the lock.
+    ForceUnlock,
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -665,10 +694,12 @@ impl WakeModel {
     }
 
     /// Whether a client holds with validity left while a jump of the
-    /// server's clock ahead cut its hold short there.
+    /// server's clock ahead cut its hold short there, or a force-unlock
+    /// deleted it.
     pub fn holds_cut_short(s: &State) -> bool {
         s.clients.iter().enumerate().any(|(c, cl)| {
-            s.cut & (1 << c) != 0 && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
+            (s.cut | s.forced) & (1 << c) != 0
+                && matches!(cl.phase, Phase::Held { valid_until, .. } if s.server.now < valid_until)
         })
     }
 
@@ -690,6 +721,7 @@ impl WakeModel {
             };
             if whole {
                 s.cut &= !(1 << c);
+                s.forced &= !(1 << c);
             }
         }
     }
@@ -1024,6 +1056,8 @@ impl Model for WakeModel {
             unwoken: false,
             data_lost: false,
             jumps_left: self.bounds.jumps,
+            forces_left: self.bounds.forces,
+            forced: 0,
             cut: 0,
             set_back: 0,
             records_cut: false,
@@ -1117,6 +1151,9 @@ impl Model for WakeModel {
         if s.jumps_left > 0 && dated {
             actions.push(Action::JumpAhead);
             actions.push(Action::JumpBack);
+        }
+        if s.forces_left > 0 && sv.lock.is_some() {
+            actions.push(Action::ForceUnlock);
         }
     }
 
@@ -1239,6 +1276,13 @@ impl Model for WakeModel {
                 s.set_back += 1;
                 s.unwoken |= s.server.jump(-1);
             }
+            Action::ForceUnlock => {
+                s.forces_left -= 1;
+                if let Some(h) = s.server.lock {
+                    s.forced |= 1 << h.owner;
+                }
+                s.server.force_unlock(self.defect);
+            }
             Action::Flush => {
                 s.faults_left -= 1;
                 s.data_lost = true;
@@ -1290,6 +1334,11 @@ impl Model for WakeModel {
             }),
             Property::<Self>::sometimes("a clock set back keeps a hold past its lease", |m, s| {
                 m.bounds.jumps == 0 || s.server.lock.is_some_and(|h| h.expires > s.server.now + LEASE)
+            }),
+            // A force-unlock frees the name whoever holds it (bounds with
+            // forces have no jumps, so only the force-unlock reaches this).
+            Property::<Self>::sometimes("a force-unlock lets a second holder in", |m, s| {
+                m.bounds.forces == 0 || (!s.data_lost && WakeModel::valid_holders(s) > 1)
             }),
         ]
     }
