@@ -1088,9 +1088,12 @@ fn passwords_are_never_printed() {
         "LOCKWARDEN_REDIS",
         "redis://:s3cretPW@127.0.0.1:1,redis://:s3cretPW@127.0.0.1:2,redis://:s3cretPW@127.0.0.1:3",
     )
-    .args(["run", "p", "--", "true"]);
+    // A short wait: `run` retries connecting within it (10 s without one).
+    .args(["run", "--wait", "3s", "p", "--", "true"]);
     let o = run(c, T);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
     assert!(!stderr(&o).contains("s3cretPW"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("***@127.0.0.1:1"), "{}", stderr(&o));
 }
 
 /// `run --wait` waits for a server that is not up yet (restarting) as it
