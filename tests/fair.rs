@@ -164,13 +164,18 @@ async fn twenty_queued_waiters_acquire_in_queue_order_every_time() {
         let c = fair_client(&server.url(), evict).await;
         for rep in 0..21 {
             // The last repetition holds 3x the eviction timeout: only
-            // refreshing keeps the waiters in the queue.
-            let hold = if rep == 20 { evict * 3 } else { Duration::from_millis(2) };
+            // refreshing keeps the waiters in the queue (six of them, each
+            // waiting up to 18 eviction timeouts).
+            let (hold, waiters) = if rep == 20 {
+                (evict * 3, 6)
+            } else {
+                (Duration::from_millis(2), 20)
+            };
             let name = format!("order-{rep}");
             let first = c.fair_lock(&name).unwrap().lock().await.unwrap();
             let seq = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
-            for i in 0..20 {
+            for i in 0..waiters {
                 let (lock, seq) = (c.fair_lock(&name).unwrap(), seq.clone());
                 tasks.push(tokio::spawn(async move {
                     let g = lock.lock().await.unwrap();

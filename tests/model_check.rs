@@ -462,7 +462,7 @@ const FAIR: FairBounds = FairBounds {
 const FAIR_FORCE: FairBounds = FairBounds {
     faults: 0,
     forces: 1,
-    depth: Some(10),
+    depth: Some(9),
     ..FAIR
 };
 
@@ -473,7 +473,7 @@ const FAIR_FORCE: FairBounds = FairBounds {
 #[test]
 fn the_fair_lock_keeps_its_other_properties_across_a_force_unlock() {
     let bounds = FairBounds {
-        depth: depth("FAIR_FORCE", FAIR_FORCE.depth, 3),
+        depth: depth("FAIR_FORCE", FAIR_FORCE.depth, 4),
         ..FAIR_FORCE
     };
     explore(&format!("FAIR_FORCE {bounds:?}"), FairModel::new(bounds), bounds.depth);
