@@ -189,6 +189,7 @@ const RW: FamilyBounds = FamilyBounds {
     forces: 0,
     jumps: 0,
     handed: false,
+    crowded: false,
     depth: Some(11),
 };
 
@@ -207,6 +208,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     forces: 0,
     jumps: 0,
     handed: false,
+    crowded: false,
     depth: Some(13),
 };
 
@@ -225,6 +227,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     forces: 1,
     jumps: 0,
     handed: false,
+    crowded: false,
     depth: Some(13),
 };
 
@@ -242,6 +245,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     forces: 0,
     jumps: 0,
     handed: false,
+    crowded: false,
     depth: Some(13),
 };
 
@@ -262,6 +266,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     forces: 1,
     jumps: 0,
     handed: false,
+    crowded: false,
     depth: Some(9),
 };
 
@@ -281,6 +286,7 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     forces: 0,
     jumps: 1,
     handed: false,
+    crowded: false,
     depth: Some(11),
 };
 
@@ -302,6 +308,23 @@ const HANDED: FamilyBounds = FamilyBounds {
     forces: 0,
     handed: true,
     depth: Some(12),
+    ..GRANTS
+};
+
+/// The semaphore's wake-ups with three clients (one permit, one permit,
+/// both), from where client 2 holds both permits and the other two wait
+/// for one each, listed with their asks; two acquisitions each, no fault.
+const THREE: FamilyBounds = FamilyBounds {
+    roles: &[
+        Role::Semaphore { take: 1 },
+        Role::Semaphore { take: 1 },
+        Role::Semaphore { take: 2 },
+    ],
+    acquires: 1,
+    faults: 0,
+    forces: 0,
+    crowded: true,
+    depth: Some(10),
     ..GRANTS
 };
 
@@ -342,6 +365,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("JUMPS", JUMPS_FAMILY),
         ("SEM_JUMPS", SEM_JUMPS),
         ("HANDED", HANDED),
+        ("THREE", THREE),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -353,7 +377,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 17] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 18] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -429,6 +453,9 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 17] = [
     // the old message, naming the earlier attempt, is taken for the
     // permits: three permits held of two.
     (FamilyDefect::ClaimIgnoresAttempt, HANDED, EXCLUSION),
+    // Client 2 gives back both permits; only client 0 is handed one, and
+    // client 1, listed behind it, sleeps while a permit is free.
+    (FamilyDefect::HandsOutOne, THREE, WAKE_UP),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";

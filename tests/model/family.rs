@@ -78,6 +78,10 @@ pub struct Bounds {
     /// client 0's release, the grant's message on its way, so that the
     /// bound reaches further past a grant (the late grant message).
     pub handed: bool,
+    /// With grants and three semaphore clients: start (only) where client
+    /// 2 holds both permits and clients 0 and 1 wait for one each, listed
+    /// with their asks (a release then frees permits for two clients).
+    pub crowded: bool,
     pub depth: Option<usize>,
 }
 
@@ -737,6 +741,26 @@ impl FamilyModel {
         s
     }
 
+    /// Client 2 holds both permits; clients 0 and 1, one permit each,
+    /// were refused and wait, listed with their asks.
+    fn crowded(&self, empty: &State) -> State {
+        let mut steps = Vec::new();
+        for c in [2, 0, 1] {
+            steps.extend([
+                Action::Start(c, Op::Acquire(Field::Permit(owner_of(c, 0)), 0)),
+                Action::Net(c, Net::Run),
+                Action::Net(c, Net::Hear),
+            ]);
+        }
+        let s = steps
+            .iter()
+            .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
+            .expect("a start the model reaches");
+        assert!(matches!(s.clients[2].phase, Phase::Held { .. }), "{:?}", s.clients[2]);
+        assert_eq!(s.server.waiting.list.len(), 2, "{:?}", s.server.waiting);
+        s
+    }
+
     fn renew(&self, s: &mut State, c: usize, heard: bool) {
         let now = s.server.now;
         let Phase::Held {
@@ -803,6 +827,9 @@ impl Model for FamilyModel {
         let empty = self.empty();
         if self.bounds.grants && self.bounds.handed {
             return vec![self.handed(&empty)];
+        }
+        if self.bounds.grants && self.bounds.crowded {
+            return vec![self.crowded(&empty)];
         }
         if !self.bounds.wakes || self.bounds.roles.len() < 3 {
             return vec![empty];

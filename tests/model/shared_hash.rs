@@ -296,6 +296,9 @@ pub enum Defect {
     /// A write release that leaves the writer's own readers behind tells
     /// nobody (the readers waiting could join them).
     WriteReleaseTellsNoReaders,
+    /// A release tells one listed client, whatever number of permits it
+    /// frees (the first version of the handoff told one per release).
+    HandsOutOne,
     /// A waiting semaphore client claims any grant message to its wait,
     /// whichever attempt it names (a client's defect: how the reentrant
     /// and fair locks' waits once took a late grant message).
@@ -625,7 +628,7 @@ impl Server {
                 return;
             }
             let before = free;
-            if !self.wake_next(&mut free, &mut holders, defect) {
+            if !self.wake_next(&mut free, &mut holders, defect) || defect == Some(Defect::HandsOutOne) {
                 return;
             }
             if free == before {
