@@ -297,7 +297,8 @@ pub enum Defect {
     /// nobody (the readers waiting could join them).
     WriteReleaseTellsNoReaders,
     /// A release tells one listed client, whatever number of permits it
-    /// frees (the first version of the handoff told one per release).
+    /// frees (the reentrant lock's wake-one carried over to permits
+    /// unchanged).
     HandsOutOne,
     /// A waiting semaphore client claims any grant message to its wait,
     /// whichever attempt it names (a client's defect: how the reentrant
