@@ -22,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod fair;
+pub mod fair_sem;
 pub mod family;
 pub mod net;
 pub mod quorum;
