@@ -21,10 +21,11 @@
 //! again once it is lost (no defect found that could; the release of a
 //! lost hold answers `NotHeld` by the hold's absence).
 //!
-//! A hold whose deadline passed is gone at the tick it passes: every
-//! script looks at the holds through `snapshot` (`lua/shared_rw.lua`),
-//! which removes such holds first, and the hash's TTL is never below its
-//! latest hold's deadline, so no script can tell the difference.
+//! A hold whose deadline passed stays in the hash until a script looks:
+//! the acquire and the release remove such holds first (`snapshot`,
+//! `lua/shared_rw.lua`), the renewal removes its own, and the leave gives
+//! back its wait's grant dead or alive. The hash's TTL is never below its
+//! latest hold's deadline, so the hash is gone once no hold is live.
 
 use stateright::{Model, Property};
 
@@ -169,7 +170,10 @@ impl Server {
     pub fn advance(&mut self, ticks: i32) {
         self.now += ticks;
         let now = self.now;
-        self.holds.retain(|h| h.deadline > now);
+        // The hash's TTL: it ends with its last live hold.
+        if self.holds.iter().all(|h| h.deadline <= now) {
+            self.holds.clear();
+        }
         if self.queue_expires <= now {
             self.queue.clear();
         }
@@ -211,8 +215,20 @@ impl Server {
         }
     }
 
+    /// The holds whose deadline has not passed.
+    pub fn live(&self) -> impl Iterator<Item = &Hold> {
+        let now = self.now;
+        self.holds.iter().filter(move |h| h.deadline > now)
+    }
+
+    /// `snapshot`'s pruning: the holds whose deadline passed removed.
+    fn prune(&mut self) {
+        let now = self.now;
+        self.holds.retain(|h| h.deadline > now);
+    }
+
     pub fn used(&self) -> u8 {
-        self.holds.iter().map(|h| h.permits).sum()
+        self.live().map(|h| h.permits).sum()
     }
 
     /// The first waiter in the queue whose deadline has not passed.
@@ -221,7 +237,7 @@ impl Server {
     }
 
     fn soonest(&self) -> i32 {
-        self.holds.iter().map(|h| h.deadline - self.now).min().unwrap_or(1)
+        self.live().map(|h| h.deadline - self.now).min().unwrap_or(1)
     }
 
     fn send(&mut self, id: Id, msg: Msg) {
@@ -277,7 +293,8 @@ impl Server {
         match recorded(&self.records, a.req) {
             Some(Recorded::GaveBack) => return AcquireReply::Behind,
             Some(Recorded::Granted { .. }) => {
-                if let Some(h) = self.holds.iter_mut().find(|h| h.id == a.id && h.req == a.req) {
+                let mine = |h: &Hold| h.id == a.id && h.req == a.req && h.deadline > now;
+                if let Some(h) = self.holds.iter_mut().find(|h| mine(h)) {
                     h.deadline = h.deadline.max(now + LEASE);
                     return AcquireReply::Held;
                 }
@@ -287,6 +304,7 @@ impl Server {
             }
             _ => {}
         }
+        self.prune();
         if let Some(h) = self.holds.iter().find(|h| h.id == a.id) {
             if h.req == a.req {
                 return AcquireReply::Held;
@@ -358,6 +376,7 @@ impl Server {
     /// fsem_release.lua.
     pub fn release(&mut self, id: Id, defect: Option<Defect>) -> ReleaseReply {
         self.watched(None, |s| {
+            s.prune();
             let Some(i) = s.holds.iter().position(|h| h.id == id) else {
                 return ReleaseReply::NotHeld;
             };
@@ -416,7 +435,8 @@ impl Server {
 
     /// fsem_leave.lua, with the wait's request: out of the queue, and a
     /// grant it never learned of given back (the hold of its id made by
-    /// that request, its record saying "left").
+    /// that request, its deadline passed or not; its record saying
+    /// "left").
     pub fn leave(&mut self, id: Id, req: Req) {
         let was_head = self.queue.first().is_some_and(|q| q.id == id);
         self.queue.retain(|q| q.id != id);
@@ -441,16 +461,19 @@ impl Server {
     }
 
     /// renew.lua for a permit hold: its deadline moved to now + lease,
-    /// never shortened.
+    /// never shortened; one whose deadline passed is removed.
     pub fn renew(&mut self, id: Id) -> bool {
         let now = self.now;
-        match self.holds.iter_mut().find(|h| h.id == id) {
-            Some(h) => {
-                h.deadline = h.deadline.max(now + LEASE);
-                true
-            }
-            None => false,
+        let Some(i) = self.holds.iter().position(|h| h.id == id) else {
+            return false;
+        };
+        if self.holds[i].deadline <= now {
+            self.holds.remove(i);
+            return false;
         }
+        let h = &mut self.holds[i];
+        h.deadline = h.deadline.max(now + LEASE);
+        true
     }
 }
 
@@ -607,7 +630,7 @@ impl FairSemModel {
             let whole = match cl.phase {
                 Phase::Idle => cl.line.call.is_none(),
                 Phase::Held { id, valid_until } => {
-                    cl.line.call.is_none() && s.server.holds.iter().any(|h| h.id == id && h.deadline >= valid_until)
+                    cl.line.call.is_none() && s.server.live().any(|h| h.id == id && h.deadline >= valid_until)
                 }
                 _ => false,
             };
@@ -717,7 +740,7 @@ impl FairSemModel {
                 return true;
             }
             let free_head = head == Some(id) && used + self.take(c) <= TOTAL;
-            let granted = s.server.holds.iter().any(|h| h.id == id && h.req == req)
+            let granted = s.server.live().any(|h| h.id == id && h.req == req)
                 && recorded(&s.server.records, req) == Some(Recorded::Granted { token: 0 });
             if !free_head && !granted {
                 return true;
@@ -948,7 +971,7 @@ impl Model for FairSemModel {
             }
             Action::JumpAhead => {
                 s.jumps_left -= 1;
-                for h in &s.server.holds {
+                for h in s.server.live() {
                     s.cut |= 1 << client_of(h.id);
                 }
                 s.server.jump(1);
@@ -1021,7 +1044,8 @@ fn shift(s: &mut State) {
     let n = s.server.now;
     s.server.now = 0;
     for h in &mut s.server.holds {
-        h.deadline -= n;
+        // A deadline passed more than a tick ago is as good as any older.
+        h.deadline = (h.deadline - n).max(-1);
     }
     for q in &mut s.server.queue {
         q.deadline -= n;
