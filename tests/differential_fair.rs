@@ -17,7 +17,7 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, which, Requests, Tokens, Which, RENEW, SLACK};
+use diff::{check_key_set, check_ttl, pattern_messages as published, which, Requests, Tokens, Which, RENEW, SLACK};
 use model::fair::{Acquire, AcquireReply, Msg, ReleaseReply, Server, RECORD, WAITER};
 use model::{KEEP, LEASE};
 use proptest::prelude::*;
@@ -461,24 +461,6 @@ impl Run<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_tested_are_the_ones_the_library_loads() {
     diff::assert_the_librarys_scripts(&[ACQUIRE, RELEASE, LEAVE, RENEW]).await;
-}
-
-/// The messages published since the last call, as `sub` read them
-/// (everything before the reply to a PING it sends now).
-fn published(sub: &mut Resp) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut reply = sub.cmd(&["PING"]);
-    loop {
-        match reply {
-            Reply::Array(parts) if parts.len() == 4 => {
-                let channel = parts[2].as_str().unwrap_or_default().to_string();
-                let payload = parts[3].as_str().unwrap_or_default().to_string();
-                out.push((channel, payload));
-            }
-            _ => return out,
-        }
-        reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
-    }
 }
 
 #[test]

@@ -103,6 +103,7 @@ pub async fn assert_the_librarys_scripts(texts: &[&str]) {
 /// The real tokens against the model's: the real counter starts at the
 /// server's clock, the model's at `n * EPOCH` for its `n`-th start.
 #[derive(Default)]
+#[allow(dead_code)]
 pub struct Tokens {
     /// Per counter start (model token / EPOCH): the real counter's value
     /// minus the model's.
@@ -111,6 +112,7 @@ pub struct Tokens {
     real_max: i128,
 }
 
+#[allow(dead_code)]
 impl Tokens {
     /// The real token for the model's `token` (0 stays 0: none).
     pub fn real(&self, token: u64) -> Result<i128, TestCaseError> {
@@ -286,6 +288,23 @@ pub fn messages(sub: &mut Resp) -> Vec<(String, String)> {
             Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => {
                 let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
                 out.push((text(1), text(2)));
+            }
+            _ => return out,
+        }
+        reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
+    }
+}
+
+/// As [`messages`], for `sub` subscribed to a pattern (PSUBSCRIBE).
+#[allow(dead_code)]
+pub fn pattern_messages(sub: &mut Resp) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut reply = sub.cmd(&["PING"]);
+    loop {
+        match reply {
+            Reply::Array(parts) if parts.len() == 4 && parts[0].as_str() == Some("pmessage") => {
+                let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
+                out.push((text(2), text(3)));
             }
             _ => return out,
         }

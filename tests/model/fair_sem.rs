@@ -142,13 +142,15 @@ pub struct Server {
     pub grant_past_deadline: bool,
 }
 
-/// A waiter's attempt.
+/// An attempt: a waiter's (`wait`: it queues, or refreshes its place,
+/// when refused, with an ask for direct grants), or a single try.
 #[derive(Clone, Copy, Debug)]
 pub struct Acquire {
     pub id: Id,
     pub take: u8,
     pub req: Req,
     pub attempt: u8,
+    pub wait: bool,
 }
 
 impl Server {
@@ -282,8 +284,7 @@ impl Server {
         reply
     }
 
-    /// fsem_acquire.lua for a waiting attempt (every wait asks for grants,
-    /// as on one master).
+    /// fsem_acquire.lua (every wait asks for grants, as on one master).
     pub fn acquire(&mut self, a: Acquire, defect: Option<Defect>) -> AcquireReply {
         self.watched(Some(a.id), |s| s.acquire_steps(a, defect))
     }
@@ -335,7 +336,29 @@ impl Server {
             }
             return AcquireReply::Held;
         }
+        if a.wait {
+            head = self.queue_up(a, defect).or(head);
+        }
+        if defect == Some(Defect::RefusalExtends) {
+            for h in &mut self.holds {
+                h.deadline = h.deadline.max(now + LEASE);
+            }
+        }
+        if used + a.take <= TOTAL {
+            if let Some(h) = head.filter(|&h| h != a.id) {
+                self.send(h, Msg::Wake);
+            }
+            return AcquireReply::Behind;
+        }
+        AcquireReply::Refused { hint: self.soonest() }
+    }
+
+    /// A refused waiter joins the queue or refreshes its place and its
+    /// ask; returns its id when it joined an empty queue (the head now).
+    fn queue_up(&mut self, a: Acquire, defect: Option<Defect>) -> Option<Id> {
+        let now = self.now;
         let deadline = now + WAITER;
+        let mut head = None;
         match self.queue.iter_mut().find(|q| q.id == a.id) {
             Some(q) => {
                 q.deadline = if defect == Some(Defect::DeadlineAddsUp) {
@@ -355,22 +378,13 @@ impl Server {
                     req: a.req,
                     attempt: a.attempt,
                 });
-                head = head.or(Some(a.id));
+                if self.queue.len() == 1 {
+                    head = Some(a.id);
+                }
             }
         }
         self.queue_expires = now + 2 * WAITER;
-        if defect == Some(Defect::RefusalExtends) {
-            for h in &mut self.holds {
-                h.deadline = h.deadline.max(now + LEASE);
-            }
-        }
-        if used + a.take <= TOTAL {
-            if let Some(h) = head.filter(|&h| h != a.id) {
-                self.send(h, Msg::Wake);
-            }
-            return AcquireReply::Behind;
-        }
-        AcquireReply::Refused { hint: self.soonest() }
+        head
     }
 
     /// fsem_release.lua.
@@ -437,8 +451,10 @@ impl Server {
     /// grant it never learned of given back (the hold of its id made by
     /// that request, its deadline passed or not; its record saying
     /// "left").
-    pub fn leave(&mut self, id: Id, req: Req) {
+    /// Returns whether it was queued or gave a grant back.
+    pub fn leave(&mut self, id: Id, req: Req) -> bool {
         let was_head = self.queue.first().is_some_and(|q| q.id == id);
+        let queued = self.queue.iter().any(|q| q.id == id);
         self.queue.retain(|q| q.id != id);
         let mut freed = false;
         if recorded(&self.records, req) == Some(Recorded::Granted { token: 0 }) {
@@ -458,6 +474,7 @@ impl Server {
                 self.send(next, Msg::Wake);
             }
         }
+        queued || freed
     }
 
     /// renew.lua for a permit hold: its deadline moved to now + lease,
@@ -649,6 +666,7 @@ impl FairSemModel {
                     take: self.take(c),
                     req,
                     attempt,
+                    wait: true,
                 },
                 self.defect,
             )),
