@@ -13,9 +13,11 @@
 -- ARGV[4]  prefix of the request records (a grantee's record is ARGV[4]
 --          followed by its ask's request id)
 -- ARGV[5]  the handle's number of permits (used while none is stored)
+-- ARGV[6]  optional: the request whose hold this must be (its ':q:'), as
+--          sem_release.lua's ARGV[7]; "" or absent for whichever
 --
--- Returns 0 released, -1 not held (its lease ended, or released already;
--- nothing changed); error "WRONGTYPE <type> <i>", or the server's own
+-- Returns 0 released, -1 not held (its lease ended, or released already,
+-- or held under another request than ARGV[6]; nothing changed); error "WRONGTYPE <type> <i>", or the server's own
 -- refusal.
 --
 -- Direct grants: while the live head of the queue asked for grants and
@@ -37,6 +39,7 @@ if not s then
   return refusal
 end
 if not s.f[ARGV[1]] then return -1 end
+if ARGV[6] and ARGV[6] ~= '' and s.f[':q:' .. ARGV[1]] ~= ARGV[6] then return -1 end
 redis.call('HDEL', KEYS[1], ARGV[1], ':' .. ARGV[1], ':q:' .. ARGV[1])
 s.f[ARGV[1]] = nil
 local total = tonumber(ARGV[5])

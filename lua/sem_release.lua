@@ -14,11 +14,19 @@
 -- ARGV[6]  prefix of the request records' keys (a grant's message names
 --          the record key of the request it answers)
 --
+-- ARGV[7]  optional: the request whose hold this must be (its ':q:'); a
+--          hold of the permit id that another request made is left alone
+--          (-1). The holder's own release names the request that took its
+--          permits; so does the give-back of an attempt whose outcome was
+--          unknown, which must not free what a later attempt of the same
+--          acquisition took once the first hold had lapsed.
+--
 -- KEYS[3] to KEYS[5] and ARGV[4] to ARGV[6] may be left out together:
 -- nobody listed is woken then.
 --
 -- Returns 0 released, -1 not held (its lease ended, or released already: a
--- re-send finds nothing, and changes nothing); error "WRONGTYPE <type> 1",
+-- re-send finds nothing, and changes nothing; or held under another
+-- request than ARGV[7]); error "WRONGTYPE <type> 1",
 -- or the server's own refusal.
 --
 -- Side effects: HDEL of the id, its deadline and its request; the hash goes
@@ -36,6 +44,7 @@ if not s then
   return refusal
 end
 if not s.f[ARGV[1]] then return -1 end
+if ARGV[7] and ARGV[7] ~= '' and s.f[':q:' .. ARGV[1]] ~= ARGV[7] then return -1 end
 give_back(s, ARGV[1])
 local publish = ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 wake_waiters(s, publish, ARGV[3])

@@ -87,9 +87,13 @@ enum Step {
         attempt: u8,
         wait: bool,
     },
+    /// A release of client `c`'s acquisition `n`, naming one of its
+    /// attempt requests (`named`: the holder's own release, or a
+    /// give-back's) or none.
     Release {
         c: u8,
         n: u8,
+        named: Option<usize>,
     },
     /// The wait of one of the acquisition's attempt requests leaves.
     Leave {
@@ -116,7 +120,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         8 => (acq(), which(), 1..4u8, prop::bool::weighted(0.8))
             .prop_map(|((c, n), which, attempt, wait)| Step::Attempt { c, n, which, attempt, wait }),
-        4 => acq().prop_map(|(c, n)| Step::Release { c, n }),
+        4 => (acq(), prop::option::of(0..4usize)).prop_map(|((c, n), named)| Step::Release { c, n, named }),
         2 => (acq(), 0..4usize).prop_map(|((c, n), which)| Step::Leave { c, n, which }),
         2 => acq().prop_map(|(c, n)| Step::Renew { c, n }),
         1 => (0..3usize).prop_map(Step::LeaseEnds),
@@ -194,9 +198,12 @@ impl Run<'_> {
                 ]);
                 check_acquire(want, &got)?;
             }
-            Step::Release { c, n } => {
+            Step::Release { c, n, named } => {
                 let p = id(c, n);
-                let want = self.model.release(p, None);
+                let mine = self.reqs.of("acquire", p);
+                let req = named.filter(|_| !mine.is_empty()).map(|i| mine[i % mine.len()]);
+                let want = self.model.release(p, req, None);
+                let req = req.map_or(String::new(), |r| r.to_string());
                 let got = self.redis.cmd(&[
                     "EVAL",
                     RELEASE,
@@ -211,6 +218,7 @@ impl Run<'_> {
                     "PUBLISH",
                     REC_PREFIX,
                     &TOTAL.to_string(),
+                    &req,
                 ]);
                 let ok = matches!(
                     (want, &got),
@@ -488,10 +496,36 @@ fn known_sequences() -> Vec<Vec<Step>> {
             attempt(1, Which::New, true),
             attempt(0, Which::New, true),
             attempt(0, Which::New, true),
-            Step::Release { c: 1, n: 0 },
-            Step::Release { c: 0, n: 0 },
+            Step::Release {
+                c: 1,
+                n: 0,
+                named: None,
+            },
+            Step::Release {
+                c: 0,
+                n: 0,
+                named: None,
+            },
             attempt(0, Which::Again(0), false),
             Step::Leave { c: 0, n: 0, which: 1 },
+        ],
+        // The give-back of an attempt whose hold lapsed, after another
+        // attempt of the same acquisition took the permits anew: it leaves
+        // them alone, and the holder's own release frees them.
+        vec![
+            attempt(0, Which::New, true),
+            Step::LeaseEnds(0),
+            attempt(0, Which::New, true),
+            Step::Release {
+                c: 0,
+                n: 0,
+                named: Some(0),
+            },
+            Step::Release {
+                c: 0,
+                n: 0,
+                named: Some(1),
+            },
         ],
     ]
 }

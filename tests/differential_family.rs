@@ -143,11 +143,14 @@ enum Step {
         attempt: u32,
     },
     /// A release of permit id `n` of `client`, or (`held`) of the
-    /// `client * 3 + n`-th permit id the model has holding, when any.
+    /// `client * 3 + n`-th permit id the model has holding, when any;
+    /// naming (`named`) one of the requests of that permit id's attempts,
+    /// as a holder's release or a give-back does, or none.
     SemRelease {
         client: u8,
         n: u8,
         held: bool,
+        named: Option<u8>,
     },
     /// A client passes a wake-up on; with `stopped`, its wait of that
     /// permit id (the latest attempt's request) stops.
@@ -250,11 +253,9 @@ fn sem_acquire() -> impl Strategy<Value = Step> {
 
 /// A release, of a permit id the model has holding with probability `held`.
 fn sem_release(held: f64) -> impl Strategy<Value = Step> {
-    (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(held)).prop_map(|(client, n, held)| Step::SemRelease {
-        client,
-        n,
-        held,
-    })
+    let named = prop::option::of(0..4u8);
+    (0..CLIENTS, 0..PERMIT_IDS, prop::bool::weighted(held), named)
+        .prop_map(|(client, n, held, named)| Step::SemRelease { client, n, held, named })
 }
 
 fn sem_leave() -> impl Strategy<Value = Step> {
@@ -540,7 +541,12 @@ impl Run<'_> {
                 let got = self.redis.cmd(&args);
                 self.check_acquire(want, &got)?;
             }
-            Step::SemRelease { client: c, n, held } => {
+            Step::SemRelease {
+                client: c,
+                n,
+                held,
+                named,
+            } => {
                 let holding: Vec<u8> = match &self.model.name {
                     Name::Hash(h) => h
                         .holds
@@ -557,7 +563,13 @@ impl Run<'_> {
                     k if held => holding[usize::from(c * PERMIT_IDS + n) % k],
                     _ => permit(c, n),
                 };
-                let want = self.model.sem_release(p, PERMITS, None);
+                let mine = self.reqs.of("attempt", Field::Permit(p));
+                let req = named
+                    .filter(|_| !mine.is_empty())
+                    .map(|i| mine[usize::from(i) % mine.len()]);
+                let want = self.model.sem_release(p, req, PERMITS, None);
+                // The requests go as the acquires send them: "q<id>".
+                let req = req.map_or(String::new(), |r| format!("q{r}"));
                 let got = self.redis.cmd(&[
                     "EVAL",
                     SEM_RELEASE,
@@ -573,6 +585,7 @@ impl Run<'_> {
                     &PERMITS.to_string(),
                     WAKE_PREFIX,
                     REC_PREFIX,
+                    &req,
                 ]);
                 Self::check_release(want, &got)?;
             }

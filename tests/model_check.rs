@@ -583,6 +583,7 @@ const FAIR_SEM: FairSemBounds = FairSemBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
+    resends: false,
     depth: Some(11),
 };
 
@@ -595,6 +596,16 @@ const FAIR_SEM_THREE: FairSemBounds = FairSemBounds {
     calls: 3,
     faults: 0,
     depth: Some(10),
+    ..FAIR_SEM
+};
+
+/// The two clients' attempts given up on re-sent in the background and
+/// given back, the waits going on under fresh requests, in place of the
+/// data loss.
+const FAIR_SEM_RESENDS: FairSemBounds = FairSemBounds {
+    faults: 0,
+    resends: true,
+    depth: Some(11),
     ..FAIR_SEM
 };
 
@@ -652,6 +663,15 @@ fn every_fair_semaphore_property_finds_the_defect_it_is_there_for() {
             property,
         );
     }
+    let resends = fair_sem_bounds("FAIR_SEM_RESENDS", FAIR_SEM_RESENDS);
+    if only.as_deref().is_none_or(|o| o == "GiveBackById") {
+        counterexample(
+            "GiveBackById",
+            FairSemModel::with_defect(resends, FairSemDefect::GiveBackById),
+            resends.depth,
+            "never more permits held with validity left than there are",
+        );
+    }
     let three = fair_sem_bounds("FAIR_SEM_THREE", FAIR_SEM_THREE);
     if only.as_deref().is_none_or(|o| o == "GrantsPastFit") {
         counterexample(
@@ -686,7 +706,11 @@ const FAIR_SEM_FORCE: FairSemBounds = FairSemBounds {
 /// anew; the queue's order, its liveness and every other property hold.
 #[test]
 fn the_fair_semaphore_keeps_its_other_properties_across_jumps_and_force_unlocks() {
-    for (name, bounds) in [("FAIR_SEM_JUMPS", FAIR_SEM_JUMPS), ("FAIR_SEM_FORCE", FAIR_SEM_FORCE)] {
+    for (name, bounds) in [
+        ("FAIR_SEM_JUMPS", FAIR_SEM_JUMPS),
+        ("FAIR_SEM_FORCE", FAIR_SEM_FORCE),
+        ("FAIR_SEM_RESENDS", FAIR_SEM_RESENDS),
+    ] {
         let bounds = FairSemBounds {
             depth: depth(name, bounds.depth, 3),
             ..bounds

@@ -816,3 +816,37 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_a_pe
     })
     .await
 }
+
+/// A release names the request that took its permits: a hold of the same
+/// permit id that another attempt of the acquisition made (which a
+/// give-back of an attempt whose outcome was unknown could meet, once the
+/// hold it was for had lapsed and the wait took the permits again) is
+/// left alone. Played here by rewriting the hold's request on the server;
+/// for the semaphore and the fair semaphore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_leaves_alone_a_hold_of_its_permit_id_that_another_request_made() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        for (name, fair) in [("plain", false), ("fair", true)] {
+            let sem = match fair {
+                false => c.semaphore(name, 2).unwrap(),
+                true => c.fair_semaphore(name, 2).unwrap(),
+            };
+            let permit = sem.try_acquire(Duration::ZERO, None).await.unwrap().expect("free");
+            let fields = server.cmd(&["HKEYS", name]).strings();
+            let q = fields
+                .iter()
+                .find(|f| f.starts_with(":q:"))
+                .expect("the hold's request field")
+                .clone();
+            server.cmd(&["HSET", name, &q, "another-attempt"]);
+            assert!(
+                permit.release().await.is_err(),
+                "{name}: released another request's hold"
+            );
+            assert_eq!(held(&server, name), 1, "{name}: the other request's hold stays");
+        }
+    })
+    .await;
+}

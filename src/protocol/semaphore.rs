@@ -96,8 +96,15 @@ impl Protocol for Semaphore {
         call
     }
 
+    /// Names the request that took the permits when the caller knows it
+    /// (`r.take`): a hold of the same permit id that another attempt made
+    /// is left alone (see [`FairSemaphore::release`]).
     fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
-        release_call(keys, name(r.owner), self.total, env)
+        let mut call = release_call(keys, name(r.owner), self.total, env);
+        if let Some(take) = r.take {
+            call.args.push(take.into());
+        }
+        call
     }
 
     fn scripts(&self) -> Vec<&'static Script> {
@@ -186,6 +193,12 @@ impl Protocol for FairSemaphore {
         }
     }
 
+    /// Names the request that took the permits when the caller knows it
+    /// (`r.take`: a guard's fresh take, or the give-back of an attempt whose
+    /// outcome was unknown), so that a hold of the same permit id that
+    /// another attempt made is left alone: the give-back may run after the
+    /// hold it was for lapsed and the wait, going on under a fresh request,
+    /// took the permits again.
     fn release<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &FSEM_RELEASE,
@@ -196,6 +209,7 @@ impl Protocol for FairSemaphore {
                 lit(env.publish),
                 keys.req_prefix.as_str().into(),
                 (self.total as i64).into(),
+                r.take.unwrap_or_default().into(),
             ],
             first_send: None,
         }

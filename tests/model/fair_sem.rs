@@ -11,7 +11,10 @@
 //! steps) or find the grant in their record at their next attempt, leave
 //! the queue or drop their wait without a word, renew and release.
 //! Requests and replies are lost, re-sent and given up on as in
-//! [`super::LockModel`]; the server loses its data, its clock jumps, a
+//! [`super::LockModel`]; with `Bounds::resends`, an attempt given up on is
+//! re-sent in the background and what it got given back (its release
+//! naming the request), while the wait goes on under a fresh request, as
+//! the library does. The server loses its data, its clock jumps, a
 //! force-unlock deletes the hash. Built as [`super::fair`] is: the client
 //! side is the fair lock's wait with permits in place of the lock.
 //!
@@ -114,6 +117,10 @@ pub enum Defect {
     RefusalExtends,
     /// A refresh adds the waiter timeout to the deadline it had.
     DeadlineAddsUp,
+    /// The give-back of an attempt whose outcome was unknown releases its
+    /// permit id whichever request holds it now (the release names no
+    /// request).
+    GiveBackById,
     /// An attempt does not evict waiters whose deadline passed before it
     /// looks for the head.
     NoEviction,
@@ -387,13 +394,17 @@ impl Server {
         head
     }
 
-    /// fsem_release.lua.
-    pub fn release(&mut self, id: Id, defect: Option<Defect>) -> ReleaseReply {
+    /// fsem_release.lua; `req`: the request whose hold it must be (a
+    /// give-back's), `None` for whichever.
+    pub fn release(&mut self, id: Id, req: Option<Req>, defect: Option<Defect>) -> ReleaseReply {
         self.watched(None, |s| {
             s.prune();
             let Some(i) = s.holds.iter().position(|h| h.id == id) else {
                 return ReleaseReply::NotHeld;
             };
+            if req.is_some_and(|r| r != s.holds[i].req) {
+                return ReleaseReply::NotHeld;
+            }
             s.holds.remove(i);
             s.grant_heads(defect);
             ReleaseReply::Released
@@ -507,6 +518,11 @@ pub struct Bounds {
     pub jumps: u8,
     /// Force-unlocks, in all.
     pub forces: u8,
+    /// An attempt given up on is re-sent in the background and what it got
+    /// given back, while the wait goes on under a fresh request (as the
+    /// library does); without, the wait ends (its late request may still
+    /// run).
+    pub resends: bool,
     pub depth: Option<usize>,
 }
 
@@ -555,6 +571,25 @@ pub struct ClientState {
     /// The leave of a wait it stopped (its permit id and request), on its
     /// way: it runs later, or never.
     pub leaving: Option<(Id, Req)>,
+    /// An attempt given up on (its outcome unknown), re-sent in the
+    /// background: one at a time here.
+    pub pending: Option<Pending>,
+}
+
+/// What the background does with an attempt whose outcome is unknown
+/// (`quorum::Pending`): re-sends it as a try until it is answered, and
+/// gives back what it got; either step may come late, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pending {
+    Resend {
+        id: Id,
+        req: Req,
+    },
+    /// The re-send got the hold: its release, naming the request.
+    GiveBack {
+        id: Id,
+        req: Req,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -589,6 +624,10 @@ pub enum Action {
     LeaveRuns(usize),
     /// A waiter stops waiting without a word (its leave lost).
     Abandon(usize),
+    /// The background's next step for client `c`'s given-up attempt (its
+    /// re-send, or its give-back), or its loss.
+    PendingRuns(usize),
+    PendingLost(usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -670,7 +709,7 @@ impl FairSemModel {
                 },
                 self.defect,
             )),
-            Op::Release { id } => Reply::Release(s.server.release(id, self.defect)),
+            Op::Release { id } => Reply::Release(s.server.release(id, None, self.defect)),
         }
     }
 
@@ -779,6 +818,36 @@ impl FairSemModel {
         })
     }
 
+    /// The background's step for client `c`'s given-up attempt.
+    fn background(&self, s: &mut State, c: usize) {
+        match s.clients[c].pending.take() {
+            Some(Pending::Resend { id, req }) => {
+                let a = Acquire {
+                    id,
+                    take: self.take(c),
+                    req,
+                    attempt: 0,
+                    wait: false,
+                };
+                if s.server.acquire(a, self.defect) == AcquireReply::Held {
+                    s.clients[c].pending = Some(Pending::GiveBack { id, req });
+                }
+            }
+            Some(Pending::GiveBack { id, req }) => {
+                let named = (self.defect != Some(Defect::GiveBackById)).then_some(req);
+                s.server.release(id, named, self.defect);
+            }
+            None => {}
+        }
+    }
+
+    /// What every step ends with.
+    fn settle(&self, mut s: State) -> State {
+        s.server.sent.clear();
+        Self::heal(&mut s);
+        s
+    }
+
     fn client(&self) -> ClientState {
         ClientState {
             phase: Phase::Idle,
@@ -786,6 +855,7 @@ impl FairSemModel {
             acquires_left: self.bounds.acquires,
             calls_left: self.bounds.calls,
             leaving: None,
+            pending: None,
         }
     }
 
@@ -808,12 +878,13 @@ impl Model for FairSemModel {
     type State = State;
     type Action = Action;
 
-    /// Three starts, as the fair lock's: nothing held; every client but
-    /// the last holding its permits, the last queued (its permits do not
-    /// fit beside theirs); and client 0's release just made, which hands
-    /// the last client its permits when they fit then (with two clients),
-    /// its message on the way. The later two are reached from the first by
-    /// the model's own steps.
+    /// Three starts, four with `resends`: nothing held; every client but the last holding its
+    /// permits, the last queued (its permits do not fit beside theirs);
+    /// client 0's release just made, which hands the last client its
+    /// permits when they fit then (with two clients), its message on the
+    /// way; and client 0's first attempt given up on after it took its
+    /// permits, the wait going on under a fresh request. The later three
+    /// are reached from the first by the model's own steps.
     fn init_states(&self) -> Vec<State> {
         let n = self.bounds.clients;
         let empty = State {
@@ -866,8 +937,24 @@ impl Model for FairSemModel {
                 Action::Net(0, Net::Hear),
             ],
         );
+        // Client 0's first attempt took its permits, its reply lost and
+        // given up on: the wait goes on, the attempt re-sent behind it.
+        let first = self.first_attempt(0, &empty.clients[0]);
+        let given_up = run(
+            &empty,
+            &[
+                Action::Start(0, first),
+                Action::Net(0, Net::Run),
+                Action::Net(0, Net::Lose),
+                Action::Tick,
+                Action::Net(0, Net::GiveUp),
+            ],
+        );
         states.push(busy);
         states.push(released);
+        if self.bounds.resends {
+            states.push(given_up);
+        }
         states
     }
 
@@ -898,6 +985,10 @@ impl Model for FairSemModel {
             }
             if cl.leaving.is_some() {
                 actions.push(Action::LeaveRuns(c));
+            }
+            if cl.pending.is_some() {
+                actions.push(Action::PendingRuns(c));
+                actions.push(Action::PendingLost(c));
             }
             if s.server.mail[c].is_some() {
                 if idle_line {
@@ -957,9 +1048,26 @@ impl Model for FairSemModel {
                 let cl = &mut s.clients[c];
                 let call = cl.line.give_up()?;
                 match call.op {
-                    // The wait ends with the error; its late attempt may
-                    // still queue it, or take permits, for nobody.
-                    Op::Attempt { .. } => {
+                    // The attempt is re-sent in the background and what it
+                    // got given back; the wait goes on under a fresh
+                    // request (`FairWait::failed`), while it has calls
+                    // left and the background has room, else it ends.
+                    Op::Attempt { id, req, attempt } => {
+                        let waiting = matches!(cl.phase, Phase::Idle | Phase::Waiting { .. });
+                        if self.bounds.resends && cl.pending.is_none() {
+                            cl.pending = Some(Pending::Resend { id, req });
+                            if waiting && cl.calls_left > 0 {
+                                let fresh = req_of(c, self.bounds.calls, cl.calls_left);
+                                cl.calls_left -= 1;
+                                cl.phase = Phase::Waiting {
+                                    id,
+                                    req: fresh,
+                                    attempt,
+                                    sent: call.since,
+                                };
+                                return Some(self.settle(s));
+                            }
+                        }
                         if matches!(cl.phase, Phase::Waiting { .. }) {
                             cl.phase = Phase::Idle;
                         }
@@ -981,6 +1089,8 @@ impl Model for FairSemModel {
                 s.server.leave(id, req);
             }
             Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
+            Action::PendingRuns(c) => self.background(&mut s, c),
+            Action::PendingLost(c) => s.clients[c].pending = None,
             Action::Renew(c) => self.renew(&mut s, c, true),
             Action::RenewUnheard(c) => self.renew(&mut s, c, false),
             Action::Tick => {
@@ -1012,9 +1122,7 @@ impl Model for FairSemModel {
                 s.server.flush();
             }
         }
-        s.server.sent.clear();
-        Self::heal(&mut s);
-        Some(s)
+        Some(self.settle(s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -404,7 +404,7 @@ impl FamilyModel {
                 field: Field::Permit(p),
                 ..
             } => {
-                let reply = s.server.sem_release(p, PERMITS, self.defect);
+                let reply = s.server.sem_release(p, None, PERMITS, self.defect);
                 Self::post(s);
                 Reply::Release(reply)
             }

@@ -1093,10 +1093,12 @@ impl Server {
 
     /// sem_release.lua of permit id `p`, for a handle of `total`: the
     /// permits it frees go to the listed clients.
-    pub fn sem_release(&mut self, p: Owner, total: u32, defect: Option<Defect>) -> ReleaseReply {
+    /// sem_release.lua; `req`: the request whose hold it must be (ARGV[7]),
+    /// `None` for whichever.
+    pub fn sem_release(&mut self, p: Owner, req: Option<Req>, total: u32, defect: Option<Defect>) -> ReleaseReply {
         self.waiting.told.clear();
         let before = self.live();
-        let reply = self.sem_give_back(p);
+        let reply = self.sem_give_back(p, req);
         if reply == ReleaseReply::Left(0) {
             let total = self.total(total);
             self.hand_out(total, defect);
@@ -1105,13 +1107,16 @@ impl Server {
         reply
     }
 
-    fn sem_give_back(&mut self, p: Owner) -> ReleaseReply {
+    fn sem_give_back(&mut self, p: Owner, req: Option<Req>) -> ReleaseReply {
         let s = match self.snapshot(Kind::Semaphore, true) {
             Ok(s) => s,
             Err(e) => return Self::release_refusal(e),
         };
         let field = Field::Permit(p);
-        if self.holding(field).is_none() {
+        let Some(held) = self.holding(field) else {
+            return ReleaseReply::NotHeld;
+        };
+        if req.is_some() && held.req != req {
             return ReleaseReply::NotHeld;
         }
         if s.readers <= 1 {
