@@ -483,7 +483,18 @@ const FAIR: FairBounds = FairBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
+    resends: false,
     depth: Some(11),
+};
+
+/// The fair lock's attempts given up on re-sent in the background and
+/// given back, the waits going on under fresh requests, in place of the
+/// data loss.
+const FAIR_RESENDS: FairBounds = FairBounds {
+    faults: 0,
+    resends: true,
+    depth: Some(10),
+    ..FAIR
 };
 
 /// The fair lock with one force-unlock in place of the data loss.
@@ -800,6 +811,30 @@ fn the_fair_lock_keeps_its_other_properties_when_the_servers_clock_jumps() {
         ..FAIR_JUMPS
     };
     explore(&format!("FAIR_JUMPS {bounds:?}"), FairModel::new(bounds), bounds.depth);
+}
+
+/// An attempt given up on is re-sent in the background and its level
+/// given back while the wait goes on under a fresh request, as the
+/// library does: every property holds; the give-back's release names the
+/// hold's token, so it never frees the wait's newer hold (a release that
+/// ignores the token does: caught here too).
+#[test]
+fn the_fair_lock_keeps_every_property_when_given_up_attempts_are_given_back() {
+    let bounds = FairBounds {
+        depth: depth("FAIR_RESENDS", FAIR_RESENDS.depth, 3),
+        ..FAIR_RESENDS
+    };
+    explore(
+        &format!("FAIR_RESENDS {bounds:?}"),
+        FairModel::new(bounds),
+        bounds.depth,
+    );
+    counterexample(
+        "ReleaseIgnoresToken with resends",
+        FairModel::with_defect(bounds, FairDefect::ReleaseIgnoresToken),
+        bounds.depth,
+        "a release never frees another's hold",
+    );
 }
 
 /// Each defect of the quorum, the depth its counterexample needs, and the

@@ -480,6 +480,11 @@ pub struct Bounds {
     pub jumps: u8,
     /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
     pub forces: u8,
+    /// An attempt given up on is re-sent in the background as a try and
+    /// what it got given back (its release naming the token), while the
+    /// wait goes on under a fresh request (`FairWait::failed`); without,
+    /// the wait ends (its late request may still run).
+    pub resends: bool,
     pub depth: Option<usize>,
 }
 
@@ -539,6 +544,18 @@ pub struct ClientState {
     /// The leave of a wait it stopped (the wait's request), on its way:
     /// it runs later, or never.
     pub leaving: Option<Req>,
+    /// An attempt given up on, in the background (one at a time here).
+    pub pending: Option<Pending>,
+}
+
+/// What the background does with an attempt whose outcome is unknown
+/// (`quorum::Pending`): re-sends it as a try until it is answered, and
+/// gives back the level it got (`quorum::undo_one`, naming the token);
+/// either step may come late, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pending {
+    Resend { req: Req },
+    GiveBack { token: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -578,6 +595,10 @@ pub enum Action {
     LeaveRuns(usize),
     /// A waiter stops waiting without a word (its leave lost).
     Abandon(usize),
+    /// The background's next step for client `c`'s given-up attempt (its
+    /// re-send, or its give-back), or its loss.
+    PendingRuns(usize),
+    PendingLost(usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -877,6 +898,43 @@ impl FairModel {
         })
     }
 
+    /// The background's step for client `c`'s given-up attempt: its
+    /// re-send (a try), then the give-back of what it got, under a request
+    /// of its own (`GIVE_BACK`). Either changes the levels the server
+    /// counts for the client, behind its back.
+    fn background(&self, s: &mut State, c: usize) {
+        let owner = c as Owner;
+        let was = s.server.lock;
+        match s.clients[c].pending.take() {
+            Some(Pending::Resend { req }) => {
+                let a = Acquire {
+                    owner,
+                    req,
+                    attempt: 0,
+                    wait: false,
+                };
+                if let AcquireReply::Held { token, .. } = s.server.acquire(a, self.defect) {
+                    s.clients[c].pending = Some(Pending::GiveBack { token });
+                }
+            }
+            Some(Pending::GiveBack { token }) => {
+                let req = (c as Req) * 64 + GIVE_BACK;
+                s.server.release(owner, req, token, true, self.defect);
+            }
+            None => {}
+        }
+        if s.server.lock.map(|h| h.count) != was.map(|h| h.count) {
+            s.clients[c].levels_unknown = true;
+        }
+    }
+
+    /// What every step ends with.
+    fn settle(&self, mut s: State) -> State {
+        s.server.sent.clear();
+        Self::heal(&mut s);
+        s
+    }
+
     fn client(&self) -> ClientState {
         ClientState {
             phase: Phase::Idle,
@@ -887,9 +945,13 @@ impl FairModel {
             lost_release_not_refused: false,
             levels_disagree: false,
             leaving: None,
+            pending: None,
         }
     }
 }
+
+/// The request id (past every call's) of a client's give-back.
+const GIVE_BACK: Req = 63;
 
 /// The request id of client `c`'s call when it has `left` calls left.
 fn req_of(c: usize, calls: u8, left: u8) -> Req {
@@ -960,6 +1022,21 @@ impl Model for FairModel {
         );
         states.push(busy);
         states.push(handed);
+        if self.bounds.resends {
+            // Client 0's first attempt took the lock, its reply lost and
+            // given up on: the wait goes on, the attempt re-sent behind it.
+            let given_up = run(
+                &empty,
+                &[
+                    Action::Start(0, attempt(0)),
+                    Action::Net(0, Net::Run),
+                    Action::Net(0, Net::Lose),
+                    Action::Tick,
+                    Action::Net(0, Net::GiveUp),
+                ],
+            );
+            states.push(given_up);
+        }
         states
     }
 
@@ -1002,6 +1079,10 @@ impl Model for FairModel {
             }
             if cl.leaving.is_some() {
                 actions.push(Action::LeaveRuns(c));
+            }
+            if cl.pending.is_some() {
+                actions.push(Action::PendingRuns(c));
+                actions.push(Action::PendingLost(c));
             }
             if s.server.mail[c].is_some() {
                 if idle_line {
@@ -1068,9 +1149,26 @@ impl Model for FairModel {
                 let cl = &mut s.clients[c];
                 let call = cl.line.give_up()?;
                 match call.op {
-                    // The wait ends with the error; its late attempt may
-                    // still queue it, or take the lock, for nobody.
-                    Op::Attempt { .. } => {
+                    // With `resends`, the attempt goes to the background and
+                    // the wait on under a fresh request while it has calls
+                    // left; else the wait ends with the error (its late
+                    // attempt may still queue it, or take the lock, for
+                    // nobody).
+                    Op::Attempt { req, attempt } => {
+                        let waiting = matches!(cl.phase, Phase::Idle | Phase::Waiting { .. });
+                        if self.bounds.resends && cl.pending.is_none() {
+                            cl.pending = Some(Pending::Resend { req });
+                            if waiting && cl.calls_left > 0 {
+                                let fresh = req_of(c, self.bounds.calls, cl.calls_left);
+                                cl.calls_left -= 1;
+                                cl.phase = Phase::Waiting {
+                                    req: fresh,
+                                    attempt,
+                                    sent: call.since,
+                                };
+                                return Some(self.settle(s));
+                            }
+                        }
                         if matches!(cl.phase, Phase::Waiting { .. }) {
                             cl.phase = Phase::Idle;
                         }
@@ -1101,6 +1199,8 @@ impl Model for FairModel {
                 }
             }
             Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
+            Action::PendingRuns(c) => self.background(&mut s, c),
+            Action::PendingLost(c) => s.clients[c].pending = None,
             Action::Renew(c) => self.renew(&mut s, c, true),
             Action::RenewUnheard(c) => self.renew(&mut s, c, false),
             Action::Tick => {
@@ -1137,9 +1237,7 @@ impl Model for FairModel {
                 s.server.counter.value = None;
             }
         }
-        s.server.sent.clear();
-        Self::heal(&mut s);
-        Some(s)
+        Some(self.settle(s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
