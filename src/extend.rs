@@ -202,7 +202,9 @@ async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
     // Confirmed or not, the hold is measured against its own lease from
     // now: an extension that failed leaves it at risk, as it is.
     if let Ok(flags) = &renewed {
-        if flags.first() == Some(&true) {
+        // Confirmed after the grant's validity ended: revives nothing
+        // (see `watchdog::tick`); the hold is lost with its validity.
+        if flags.first() == Some(&true) && Instant::now() < hold.valid_until() {
             hold.extend(sent + lease.saturating_sub(drift(lease)));
         }
     }

@@ -452,15 +452,43 @@ pub(crate) async fn tick(r: Renewing<'_>) {
     let now = Instant::now();
     let valid_until = sent_at + lease.saturating_sub(drift(lease));
     for (h, (confirmed, gone)) in holds.iter().zip(tally.into_inner()) {
-        if confirmed >= need && now < valid_until {
-            h.extend(valid_until);
-        } else if gone > n - need {
+        let renewal = Renewal {
+            confirmed: confirmed >= need,
+            gone: gone > n - need,
+            valid_until,
+        };
+        renewal.settle(h, now);
+        if h.lost_reason().is_none() {
+            h.note_risk(h.valid_until().saturating_duration_since(now) < lease / 2);
+        }
+    }
+}
+
+/// What a renewal of one hold came back with, heard at `now`.
+struct Renewal {
+    /// A majority confirmed the owner's field.
+    confirmed: bool,
+    /// A majority found it gone.
+    gone: bool,
+    /// The validity a confirmation gives: from the renewal's send.
+    valid_until: Instant,
+}
+
+impl Renewal {
+    /// Moves `h`'s validity on, or loses it. A confirmation heard after
+    /// the hold's validity ended does not revive it: the renewal may have
+    /// run after the hold lapsed on the server and found another hold of
+    /// the same owner field there (one that a background re-send of the
+    /// owner's own earlier attempt took, and is about to give back). Under
+    /// the clock assumption the server's lease outlasts the validity, so a
+    /// renewal that found the hold itself is heard in time.
+    fn settle(&self, h: &Hold, now: Instant) {
+        if self.confirmed && now < self.valid_until && now < h.valid_until() {
+            h.extend(self.valid_until);
+        } else if self.gone {
             h.mark_lost(LossReason::Gone);
         } else if now >= h.valid_until() {
             h.mark_lost(LossReason::RenewalFailed);
-        }
-        if h.lost_reason().is_none() {
-            h.note_risk(h.valid_until().saturating_duration_since(now) < lease / 2);
         }
     }
 }
@@ -490,9 +518,16 @@ pub(crate) async fn extend_hold(r: Renewing<'_>, hold: &Arc<Hold>, lease: Durati
         }
     }
     let valid_until = sent + lease.saturating_sub(drift(lease));
-    if confirmed >= need && Instant::now() < valid_until {
+    let now = Instant::now();
+    // As in `tick`: a confirmation after the validity ended revives
+    // nothing.
+    if confirmed >= need && now < valid_until && now < hold.valid_until() {
         hold.extend(valid_until);
         return Ok(());
+    }
+    if confirmed >= need && now >= hold.valid_until() {
+        hold.mark_lost(LossReason::RenewalFailed);
+        return Err(not_held());
     }
     if gone > n - need {
         hold.mark_lost(LossReason::Gone);
@@ -516,6 +551,31 @@ mod tests {
             take: None,
         };
         Hold::new("lock".into(), "owner:1".into(), &grant)
+    }
+
+    #[test]
+    fn a_renewal_confirmed_after_the_validity_ended_revives_nothing() {
+        let h = hold();
+        let end = h.valid_until();
+        let renewal = Renewal {
+            confirmed: true,
+            gone: false,
+            valid_until: end + Duration::from_secs(20),
+        };
+        // Heard in time: the validity moves on.
+        renewal.settle(&h, end - Duration::from_millis(1));
+        assert_eq!(h.valid_until(), end + Duration::from_secs(20));
+        assert_eq!(h.lost_reason(), None);
+        // Heard after the validity it had then ended: lost, not extended.
+        let h = hold();
+        let end = h.valid_until();
+        let later = Renewal {
+            valid_until: end + Duration::from_secs(40),
+            ..renewal
+        };
+        later.settle(&h, end + Duration::from_millis(1));
+        assert_eq!(h.lost_reason(), Some(LossReason::RenewalFailed));
+        assert_eq!(h.valid_until(), end, "the validity stays where it ended");
     }
 
     #[test]

@@ -172,10 +172,18 @@ const CAUGHT: [(Defect, &str); 7] = [
 #[test]
 fn every_property_finds_the_defect_it_is_there_for() {
     for (defect, property) in CAUGHT {
+        // A renewal that writes a lost hold back over the next holder's
+        // revives nothing once the holder's validity ended (the watchdog
+        // counts it lost then): it shows where a jump of the server's
+        // clock ended the hold first.
+        let bounds = match defect {
+            Defect::RenewRecreates => JUMPS,
+            _ => SHORT,
+        };
         counterexample(
             &format!("{defect:?}"),
-            LockModel::with_defect(SHORT, defect),
-            SHORT.depth,
+            LockModel::with_defect(bounds, defect),
+            bounds.depth,
             property,
         );
     }
@@ -196,6 +204,7 @@ const RW: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(11),
 };
 
@@ -215,6 +224,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(13),
 };
 
@@ -234,6 +244,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(13),
 };
 
@@ -252,6 +263,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(13),
 };
 
@@ -273,6 +285,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(9),
 };
 
@@ -293,6 +306,7 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     jumps: 1,
     handed: false,
     crowded: false,
+    resends: false,
     depth: Some(11),
 };
 
@@ -330,6 +344,7 @@ const THREE: FamilyBounds = FamilyBounds {
     faults: 0,
     forces: 0,
     crowded: true,
+    resends: false,
     depth: Some(10),
     ..GRANTS
 };
@@ -349,6 +364,19 @@ fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
     }
     depth
 }
+
+/// Semaphore attempts given up on re-sent in the background and given
+/// back, the waits going on (under fresh requests: grants), from where
+/// client 0's first attempt took its permit and was given up on; one
+/// acquisition each is all the give-back needs.
+const SEM_RESENDS: FamilyBounds = FamilyBounds {
+    faults: 0,
+    forces: 0,
+    resends: true,
+    depth: Some(12),
+    acquires: 1,
+    ..GRANTS
+};
 
 fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
     // The read-write and semaphore bounds' test-command depths were cut by
@@ -372,6 +400,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("SEM_JUMPS", SEM_JUMPS),
         ("HANDED", HANDED),
         ("THREE", THREE),
+        ("SEM_RESENDS", SEM_RESENDS),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -383,7 +412,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 18] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 19] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -468,6 +497,9 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 18] = [
     // Client 2 gives back both permits; only client 0 is handed one, and
     // client 1, listed behind it, sleeps while a permit is free.
     (FamilyDefect::HandsOutOne, THREE, WAKE_UP),
+    // The give-back of an attempt whose hold lapsed frees the permit id's
+    // newer hold, which the wait took under another request.
+    (FamilyDefect::GiveBackById, SEM_RESENDS, EXCLUSION),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";
@@ -500,11 +532,12 @@ const FAIR: FairBounds = FairBounds {
 
 /// The fair lock's attempts given up on re-sent in the background and
 /// given back, the waits going on under fresh requests, in place of the
-/// data loss.
+/// data loss; one acquisition each.
 const FAIR_RESENDS: FairBounds = FairBounds {
     faults: 0,
     resends: true,
     depth: Some(10),
+    acquires: 1,
     ..FAIR
 };
 
@@ -629,11 +662,12 @@ const FAIR_SEM_THREE: FairSemBounds = FairSemBounds {
 
 /// The two clients' attempts given up on re-sent in the background and
 /// given back, the waits going on under fresh requests, in place of the
-/// data loss.
+/// data loss; one acquisition each.
 const FAIR_SEM_RESENDS: FairSemBounds = FairSemBounds {
     faults: 0,
     resends: true,
-    depth: Some(11),
+    depth: Some(12),
+    acquires: 1,
     ..FAIR_SEM
 };
 
@@ -696,6 +730,14 @@ fn every_fair_semaphore_property_finds_the_defect_it_is_there_for() {
         counterexample(
             "GiveBackById",
             FairSemModel::with_defect(resends, FairSemDefect::GiveBackById),
+            resends.depth,
+            "never more permits held with validity left than there are",
+        );
+    }
+    if only.as_deref().is_none_or(|o| o == "RenewalRevives") {
+        counterexample(
+            "RenewalRevives",
+            FairSemModel::with_defect(resends, FairSemDefect::RenewalRevives),
             resends.depth,
             "never more permits held with validity left than there are",
         );
@@ -851,6 +893,15 @@ fn the_fair_lock_keeps_every_property_when_given_up_attempts_are_given_back() {
         FairModel::with_defect(bounds, FairDefect::ReleaseIgnoresToken),
         bounds.depth,
         "a release never frees another's hold",
+    );
+    // The watchdog as it was: a renewal confirmed after the validity ended
+    // revived the hold, though it had found the re-send's new hold, which
+    // the give-back then freed.
+    counterexample(
+        "RenewalRevives",
+        FairModel::with_defect(bounds, FairDefect::RenewalRevives),
+        bounds.depth,
+        "never two holders with validity left",
     );
 }
 

@@ -105,6 +105,10 @@ pub enum Defect {
     /// An attempt on a free lock does not evict waiters whose deadline
     /// passed before it looks for the head.
     NoEviction,
+    /// A renewal confirmed after the client's validity ended revives it
+    /// (the watchdog as it was): it may have found a hold of the same
+    /// owner that a background re-send took anew.
+    RenewalRevives,
 }
 
 /// The fair lock's keys on one master, and the messages on their way to
@@ -846,7 +850,14 @@ impl FairModel {
         };
         let ok = s.server.renew(c as Owner);
         if heard {
-            s.clients[c].phase = if ok {
+            // Confirmed after the validity ended: the validity stays ended
+            // (`watchdog::tick` marks such a hold lost; its release may
+            // still find it).
+            let revives = self.defect == Some(Defect::RenewalRevives);
+            let lapsed = now >= valid_until && !revives;
+            s.clients[c].phase = if ok && lapsed {
+                s.clients[c].phase
+            } else if ok {
                 Phase::Held {
                     token,
                     count,
@@ -1035,6 +1046,25 @@ impl Model for FairModel {
                     Action::Net(0, Net::GiveUp),
                 ],
             );
+            // And where the wait, going on, took the lock anew once the
+            // first attempt's hold lapsed, that attempt's re-send still to
+            // come.
+            if let Phase::Waiting { req, attempt, .. } = given_up.clients[0].phase {
+                let next = Op::Attempt {
+                    req,
+                    attempt: attempt + 1,
+                };
+                let retaken = run(
+                    &given_up,
+                    &[
+                        Action::Start(0, next),
+                        Action::Tick,
+                        Action::Net(0, Net::Run),
+                        Action::Net(0, Net::Hear),
+                    ],
+                );
+                states.push(retaken);
+            }
             states.push(given_up);
         }
         states

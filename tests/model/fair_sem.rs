@@ -121,6 +121,10 @@ pub enum Defect {
     /// permit id whichever request holds it now (the release names no
     /// request).
     GiveBackById,
+    /// A renewal confirmed after the client's validity ended revives it
+    /// (the watchdog as it was): it may have found a hold of the same
+    /// permit id that a background re-send took anew.
+    RenewalRevives,
     /// An attempt does not evict waiters whose deadline passed before it
     /// looks for the head.
     NoEviction,
@@ -771,7 +775,15 @@ impl FairSemModel {
         };
         let ok = s.server.renew(id);
         if heard {
-            s.clients[c].phase = if ok {
+            // Confirmed after the validity ended: the validity stays ended
+            // (`watchdog::tick` marks such a hold lost; its release may
+            // still find it); else a hold of the same permit id that a
+            // background re-send took anew would pass for the client's.
+            let revives = self.defect == Some(Defect::RenewalRevives);
+            let lapsed = now >= valid_until && !revives;
+            s.clients[c].phase = if ok && lapsed {
+                s.clients[c].phase
+            } else if ok {
                 Phase::Held {
                     id,
                     valid_until: valid_until.max(now + LEASE),
@@ -878,13 +890,14 @@ impl Model for FairSemModel {
     type State = State;
     type Action = Action;
 
-    /// Three starts, four with `resends`: nothing held; every client but the last holding its
+    /// Three starts, five with `resends`: nothing held; every client but the last holding its
     /// permits, the last queued (its permits do not fit beside theirs);
     /// client 0's release just made, which hands the last client its
     /// permits when they fit then (with two clients), its message on the
-    /// way; and client 0's first attempt given up on after it took its
-    /// permits, the wait going on under a fresh request. The later three
-    /// are reached from the first by the model's own steps.
+    /// way; client 0's first attempt given up on after it took its
+    /// permits, the wait going on under a fresh request; and that wait
+    /// holding anew after the first hold lapsed. The later ones are
+    /// reached from the first by the model's own steps.
     fn init_states(&self) -> Vec<State> {
         let n = self.bounds.clients;
         let empty = State {
@@ -953,6 +966,26 @@ impl Model for FairSemModel {
         states.push(busy);
         states.push(released);
         if self.bounds.resends {
+            // And where the wait, going on, took the permits anew once the
+            // first attempt's hold lapsed, that attempt's re-send still to
+            // come.
+            if let Phase::Waiting { id, req, attempt, .. } = given_up.clients[0].phase {
+                let next = Op::Attempt {
+                    id,
+                    req,
+                    attempt: attempt + 1,
+                };
+                let retaken = run(
+                    &given_up,
+                    &[
+                        Action::Start(0, next),
+                        Action::Tick,
+                        Action::Net(0, Net::Run),
+                        Action::Net(0, Net::Hear),
+                    ],
+                );
+                states.push(retaken);
+            }
             states.push(given_up);
         }
         states

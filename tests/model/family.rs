@@ -82,7 +82,22 @@ pub struct Bounds {
     /// 2 holds both permits and clients 0 and 1 wait for one each, listed
     /// with their asks (a release then frees permits for two clients).
     pub crowded: bool,
+    /// A semaphore attempt given up on is re-sent in the background as a
+    /// try and what it got given back (its release naming the request),
+    /// while the wait goes on (under a fresh request, with grants), as the
+    /// library does; start (only) where client 0's first attempt took its
+    /// permits and was given up on. Without, the wait ends.
+    pub resends: bool,
     pub depth: Option<usize>,
+}
+
+/// What the background does with a semaphore attempt whose outcome is
+/// unknown (`quorum::Pending`): re-sends it as a try until answered, and
+/// gives back what it got; either step may come late, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pending {
+    Resend { permit: Owner, req: Req },
+    GiveBack { permit: Owner, req: Req },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -183,6 +198,9 @@ pub struct ClientState {
     pub listen: Option<Listen>,
     /// With downgrades: the read hold taken while writing.
     pub reads: Option<Reads>,
+    /// With resends: an attempt given up on, in the background (one at a
+    /// time here).
+    pub pending: Option<Pending>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -244,6 +262,10 @@ pub enum Action {
     LoseLeave(usize),
     /// force_unlock.lua through a plain lock handle.
     ForceUnlock,
+    /// The background's next step for client `c`'s given-up attempt (its
+    /// re-send, or its give-back), or its loss.
+    PendingRuns(usize),
+    PendingLost(usize),
     /// The server's clock jumps one tick ahead, or is set one tick back.
     JumpAhead,
     JumpBack,
@@ -284,6 +306,7 @@ impl FamilyModel {
                     pass_on: false,
                     listen: None,
                     reads: None,
+                    pending: None,
                 })
                 .collect(),
             faults_left: self.bounds.faults,
@@ -780,7 +803,7 @@ impl FamilyModel {
         if let Some(r) = s.clients[c].reads {
             let read_ok = s.server.renew(r.field, LEASE);
             whole &= read_ok;
-            if read_ok && heard {
+            if read_ok && heard && now < r.valid_until {
                 s.clients[c].reads = Some(Reads {
                     valid_until: r.valid_until.max(now + LEASE),
                     ..r
@@ -788,7 +811,12 @@ impl FamilyModel {
             }
         }
         if heard {
-            s.clients[c].phase = if ok {
+            // Confirmed after the validity ended: the validity stays ended
+            // (`watchdog::tick` marks such a hold lost; its release may
+            // still find it).
+            s.clients[c].phase = if ok && now >= valid_until {
+                s.clients[c].phase
+            } else if ok {
                 Phase::Held {
                     field,
                     token,
@@ -811,6 +839,94 @@ impl FamilyModel {
     fn holds_cut_short(s: &State) -> bool {
         Self::valid_holds(s).iter().any(|h| s.cut & (1 << h.0) != 0)
     }
+
+    /// What every step ends with: waits that are over settled, cuts that
+    /// shorten nothing forgotten.
+    fn finish(&self, mut s: State) -> State {
+        for c in 0..s.clients.len() {
+            Self::settle(&mut s, c);
+            let cl = &s.clients[c];
+            // Nothing held or waited for, and no reply on its way that
+            // could say otherwise.
+            let idle = matches!(cl.phase, Phase::Idle | Phase::Lost { .. });
+            if idle && cl.reads.is_none() && cl.line.call.is_none() {
+                s.cut &= !(1 << c);
+            }
+        }
+        s
+    }
+
+    /// With resends, client `c`'s semaphore attempt `req` for permit id
+    /// `permit` was given up on: it goes to the background, and the wait
+    /// goes on (with grants, under a fresh request, while the client has
+    /// calls left). Returns whether the wait goes on.
+    fn resend(&self, s: &mut State, c: usize, permit: Owner, req: Req) -> bool {
+        let calls = self.bounds.calls;
+        let cl = &mut s.clients[c];
+        if cl.pending.is_some() || !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+            return false;
+        }
+        cl.pending = Some(Pending::Resend { permit, req });
+        if let Some(w) = cl.wait.as_mut() {
+            if cl.calls_left == 0 {
+                return false;
+            }
+            w.req = (c as Req) * 64 + Req::from(calls - cl.calls_left);
+            cl.calls_left -= 1;
+            // A failed attempt is retried after a pause of its own
+            // (`wait::Retries`), not when a message comes.
+            w.woken = true;
+        }
+        cl.phase = Phase::Waiting {
+            field: Field::Permit(permit),
+        };
+        true
+    }
+
+    /// The background's step for client `c`'s given-up attempt: its
+    /// re-send (a try), then the give-back of what it got, naming the
+    /// request.
+    fn background(&self, s: &mut State, c: usize) {
+        match s.clients[c].pending.take() {
+            Some(Pending::Resend { permit, req }) => {
+                let a = SemAcquire {
+                    permit,
+                    take: self.take_of(c),
+                    total: PERMITS,
+                    lease: LEASE,
+                    mode: Mode::Try,
+                    req,
+                    ask: None,
+                };
+                if let AcquireReply::Granted { .. } = s.server.sem_acquire(a, self.defect) {
+                    s.clients[c].pending = Some(Pending::GiveBack { permit, req });
+                }
+            }
+            Some(Pending::GiveBack { permit, req }) => {
+                let named = (self.defect != Some(Defect::GiveBackById)).then_some(req);
+                s.server.sem_release(permit, named, PERMITS, self.defect);
+            }
+            None => {}
+        }
+        Self::post(s);
+    }
+
+    /// Client 0 (a semaphore client) took its permits with its first
+    /// attempt, its reply lost and given up on: the wait goes on, the
+    /// attempt re-sent behind it.
+    fn given_up(&self, empty: &State) -> State {
+        let op = Op::Acquire(Field::Permit(owner_of(0, 0)), 0);
+        [
+            Action::Start(0, op),
+            Action::Net(0, Net::Run),
+            Action::Net(0, Net::Lose),
+            Action::Tick,
+            Action::Net(0, Net::GiveUp),
+        ]
+        .iter()
+        .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
+        .expect("a start the model reaches")
+    }
 }
 
 impl Model for FamilyModel {
@@ -825,6 +941,9 @@ impl Model for FamilyModel {
     /// and client 0 writing with two read waits behind it.
     fn init_states(&self) -> Vec<State> {
         let empty = self.empty();
+        if self.bounds.resends {
+            return vec![self.given_up(&empty)];
+        }
         if self.bounds.grants && self.bounds.handed {
             return vec![self.handed(&empty)];
         }
@@ -926,6 +1045,10 @@ impl Model for FamilyModel {
                 actions.push(Action::RunLeave(c));
                 actions.push(Action::LoseLeave(c));
             }
+            if cl.pending.is_some() {
+                actions.push(Action::PendingRuns(c));
+                actions.push(Action::PendingLost(c));
+            }
             let mut net = Vec::new();
             cl.line.offer(now, &mut net);
             actions.extend(net.into_iter().map(|n| Action::Net(c, n)));
@@ -1008,6 +1131,12 @@ impl Model for FamilyModel {
                     // request, late) and its leave be lost.
                     s.unwoken = true;
                 }
+                if let (Op::Acquire(Field::Permit(p), _), true) = (call.op, self.bounds.resends) {
+                    if self.resend(&mut s, c, p, call.req) {
+                        return Some(self.finish(s));
+                    }
+                }
+                let cl = &mut s.clients[c];
                 match (call.op, cl.phase) {
                     (Op::Acquire(..), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
                     (Op::Acquire(..), _) => cl.levels_unknown = true,
@@ -1113,18 +1242,10 @@ impl Model for FamilyModel {
                 }
                 s.unwoken = true;
             }
+            Action::PendingRuns(c) => self.background(&mut s, c),
+            Action::PendingLost(c) => s.clients[c].pending = None,
         }
-        for c in 0..s.clients.len() {
-            Self::settle(&mut s, c);
-            let cl = &s.clients[c];
-            // Nothing held or waited for, and no reply on its way that
-            // could say otherwise.
-            let idle = matches!(cl.phase, Phase::Idle | Phase::Lost { .. });
-            if idle && cl.reads.is_none() && cl.line.call.is_none() {
-                s.cut &= !(1 << c);
-            }
-        }
-        Some(s)
+        Some(self.finish(s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1244,9 +1365,18 @@ impl FamilyModel {
         };
         s.clients.iter().enumerate().any(|(c, cl)| {
             let o = c as Owner;
+            // A wait whose permit id another attempt of its acquisition
+            // holds (given up on, its give-back to come) is refused as by
+            // any holder: that hold's give-back tells the listed clients,
+            // and its lapse, like any hold's, tells nobody.
+            let own_held = cl.wait.is_some_and(|w| {
+                let other = |h: &Holding| h.field == Field::Permit(w.permit) && h.req != Some(w.req);
+                s.server.live().iter().any(other)
+            });
             let sleeps = matches!(cl.phase, Phase::Waiting { .. })
                 && cl.wait.is_some_and(|w| !w.woken)
-                && cl.line.call.is_none();
+                && cl.line.call.is_none()
+                && !own_held;
             let due = first == Some(&o) || !w.list.contains(&o);
             sleeps && due && used + self.take_of(c) <= s.server.number.unwrap_or(PERMITS)
         })

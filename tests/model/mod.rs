@@ -338,7 +338,12 @@ impl LockModel {
             valid_until,
         } = cl.phase
         {
-            cl.phase = if ok {
+            // A renewal confirmed after the validity ended does not revive
+            // it (`watchdog::tick` marks such a hold lost; its release may
+            // still find it).
+            cl.phase = if ok && sent >= valid_until {
+                cl.phase
+            } else if ok {
                 Phase::Held {
                     token,
                     count,

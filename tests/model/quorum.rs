@@ -465,7 +465,9 @@ impl Model for QuorumModel {
                         renewed += 1;
                     }
                 }
-                s.clients[c].phase = if renewed >= self.majority() {
+                // A renewal confirmed after the validity ended does not
+                // revive it (`watchdog::tick`).
+                s.clients[c].phase = if renewed >= self.majority() && s.now < valid_until {
                     Phase::Held {
                         tokens,
                         valid_until: valid_until.max(s.now + LEASE),

@@ -308,6 +308,9 @@ pub enum Defect {
     /// read-write side's handle (as it did before), not through a plain
     /// one (`lockwarden unlock --force`).
     ForceTellsReadersOnly,
+    /// The give-back of a semaphore attempt whose outcome was unknown
+    /// releases its permit id whichever request holds it now.
+    GiveBackById,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).

@@ -929,7 +929,12 @@ impl WakeModel {
         };
         let ok = s.server.renew(c as Owner);
         if heard {
-            s.clients[c].phase = if ok {
+            // Confirmed after the validity ended: the validity stays ended
+            // (`watchdog::tick` marks such a hold lost; its release may
+            // still find it).
+            s.clients[c].phase = if ok && now >= valid_until {
+                s.clients[c].phase
+            } else if ok {
                 Phase::Held {
                     token,
                     count,
