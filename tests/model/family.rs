@@ -425,9 +425,13 @@ impl FamilyModel {
             )),
             Op::Release {
                 field: Field::Permit(p),
+                take,
                 ..
             } => {
-                let reply = s.server.sem_release(p, None, PERMITS, self.defect);
+                // The request that took the permits, when the client knows
+                // it (`Release::take`: a fresh take's; a grant claimed from
+                // its message names none).
+                let reply = s.server.sem_release(p, take, PERMITS, self.defect);
                 Self::post(s);
                 Reply::Release(reply)
             }
@@ -720,7 +724,8 @@ impl FamilyModel {
             cl.phase = Phase::Held {
                 field,
                 token: 0,
-                take: Some(req),
+                // As `wait::claim_grant`'s guard: no take named.
+                take: None,
                 count: 1,
                 valid_until: w.sent + ms,
             };
