@@ -17,7 +17,7 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, pattern_messages as published, which, Requests, Tokens, Which, RENEW, SLACK};
+use diff::{check_key_set, check_ttl, messages as published, which, Requests, Tokens, Which, RENEW, SLACK};
 use model::fair::{Acquire, AcquireReply, Msg, ReleaseReply, Server, RECORD, WAITER};
 use model::{KEEP, LEASE};
 use proptest::prelude::*;

@@ -19,7 +19,7 @@ mod diff;
 mod model;
 
 use common::{Reply, Resp};
-use diff::{check_key_set, check_ttl, pattern_messages as published, which, Requests, Which, RENEW, SLACK};
+use diff::{check_key_set, check_ttl, messages as published, which, Requests, Which, RENEW, SLACK};
 use model::fair::{RECORD, WAITER};
 use model::fair_sem::{Acquire, AcquireReply, Id, Msg, ReleaseReply, Server, TOTAL};
 use model::server::Recorded;

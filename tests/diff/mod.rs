@@ -278,35 +278,21 @@ pub fn published(sub: &mut Resp) -> Vec<String> {
     messages(sub).into_iter().map(|(_, m)| m).collect()
 }
 
-/// As [`published`], each message with its channel.
+/// As [`published`], each message with its channel; for a subscriber to
+/// channels (SUBSCRIBE) or to patterns (PSUBSCRIBE).
 #[allow(dead_code)]
 pub fn messages(sub: &mut Resp) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut reply = sub.cmd(&["PING"]);
     loop {
-        match reply {
-            Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => {
-                let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
-                out.push((text(1), text(2)));
-            }
+        let at = match &reply {
+            Reply::Array(parts) if parts.len() == 3 && parts[0].as_str() == Some("message") => 1,
+            Reply::Array(parts) if parts.len() == 4 && parts[0].as_str() == Some("pmessage") => 2,
             _ => return out,
-        }
-        reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
-    }
-}
-
-/// As [`messages`], for `sub` subscribed to a pattern (PSUBSCRIBE).
-#[allow(dead_code)]
-pub fn pattern_messages(sub: &mut Resp) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut reply = sub.cmd(&["PING"]);
-    loop {
-        match reply {
-            Reply::Array(parts) if parts.len() == 4 && parts[0].as_str() == Some("pmessage") => {
-                let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
-                out.push((text(2), text(3)));
-            }
-            _ => return out,
+        };
+        if let Reply::Array(parts) = &reply {
+            let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
+            out.push((text(at), text(at + 1)));
         }
         reply = sub.next(std::time::Duration::from_secs(10)).expect("the PING's reply");
     }
