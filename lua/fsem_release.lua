@@ -17,8 +17,8 @@
 --          sem_release.lua's ARGV[7]; "" or absent for whichever
 --
 -- Returns 0 released, -1 not held (its lease ended, or released already,
--- or held under another request than ARGV[6]; nothing changed); error "WRONGTYPE <type> <i>", or the server's own
--- refusal.
+-- or held under another request than ARGV[6]; nothing changed); error
+-- "WRONGTYPE <type> <i>", or the server's own refusal.
 --
 -- Direct grants: while the live head of the queue asked for grants and
 -- its permits fit in what is free, they are its here (its permit id with

@@ -203,9 +203,14 @@ async fn extend(r: Renewing<'_>, hold: &Arc<Hold>, end: Option<Instant>) {
     // now: an extension that failed leaves it at risk, as it is.
     if let Ok(flags) = &renewed {
         // Confirmed after the grant's validity ended: revives nothing
-        // (see `watchdog::tick`); the hold is lost with its validity.
-        if flags.first() == Some(&true) && Instant::now() < hold.valid_until() {
-            hold.extend(sent + lease.saturating_sub(drift(lease)));
+        // (see `watchdog::Renewal::settle`); the hold is lost with its
+        // validity.
+        if flags.first() == Some(&true) {
+            if Instant::now() < hold.valid_until() {
+                hold.extend(sent + lease.saturating_sub(drift(lease)));
+            } else {
+                hold.mark_lost(LossReason::RenewalFailed);
+            }
         }
     }
     hold.extension_done();
