@@ -13,6 +13,14 @@
 -- ARGV[6]  prefix of the wake channels (a fair semaphore's waiters', a
 --          semaphore's clients')
 -- KEYS[4]  a semaphore's waiters list (see sem_acquire.lua); optional
+-- KEYS[5]  this call's replay record (lives ARGV[7] ms; optional, with
+--          KEYS[4]): a call sent again after its connection broke before
+--          the reply gets the first sending's reply and changes nothing
+--          (an 'add' is not made twice, a 'set' that stored the number
+--          still says it did)
+-- ARGV[7]  the replay record's lifetime in ms
+-- ARGV[8]  "1" when this call was never sent before, anything else on a
+--          re-send
 --
 -- Returns {1, number} stored; {0, number} not stored ('set': one is
 -- stored already; 'add': it would go below zero): nothing is written.
@@ -20,6 +28,15 @@
 -- again), on the wake channel of the fair semaphore's queue head (it
 -- takes the permits it now fits), and wakes one client of a semaphore's
 -- waiters list per permit added. Error "WRONGTYPE <type> 1" when KEYS[1] is of another type.
+
+local function done(reply)
+  if KEYS[5] then return answer(5, ARGV[7], reply) end
+  return reply
+end
+if KEYS[5] then
+  local again = replayed(5, ARGV[8])
+  if again then return again end
+end
 
 local stored = redis.pcall('GET', KEYS[1])
 if type(stored) == 'table' and stored.err then
@@ -29,11 +46,11 @@ end
 if stored and not tonumber(stored) then return redis.error_reply('WRONGTYPE string 1') end
 local now
 if ARGV[1] == 'set' then
-  if stored then return {0, tonumber(stored)} end
+  if stored then return done({0, tonumber(stored)}) end
   now = tonumber(ARGV[2])
 else
   now = tonumber(stored or ARGV[3]) + tonumber(ARGV[2])
-  if now < 0 then return {0, tonumber(stored or ARGV[3])} end
+  if now < 0 then return done({0, tonumber(stored or ARGV[3])}) end
 end
 redis.call('SET', KEYS[1], string.format('%d', now))
 if now > tonumber(stored or ARGV[3]) then
@@ -52,4 +69,4 @@ if now > tonumber(stored or ARGV[3]) then
     end
   end
 end
-return {1, now}
+return done({1, now})

@@ -9,6 +9,16 @@
 --                server is never reported as a wrong type.
 -- recorded(r)    the reply {1, token, count} an acquire recorded at KEYS[r]
 --                ("<token>:<count>"), or nil when there is no record.
+-- replayed(r, first)
+--                on a re-send (first ~= '1'), the reply a call that is not an
+--                acquire recorded at KEYS[r] with answer() (a table of
+--                integers); nil on a first sending or when there is none.
+-- answer(r, ms, reply)
+--                records reply (a table of integers) at KEYS[r] for ms and
+--                returns it: a call that changes a count (a latch's, a
+--                semaphore's number) answers through it, so the same call
+--                sent again, after a connection broke before its reply,
+--                changes nothing a second time and gets the same reply.
 -- next_token(i)  the next fencing token of the counter at KEYS[i], or nil
 --                and the refusal reply. The counter is INCRed; one that did
 --                not exist (a new lock, or a counter lost to FLUSHALL, to a
@@ -49,6 +59,22 @@ local function recorded(r)
   if not rec then return nil end
   local token, count = string.match(rec, '^(%d+):(%d+)$')
   return {1, tonumber(token), tonumber(count)}
+end
+
+local function replayed(r, first)
+  if first == '1' then return nil end
+  local rec = redis.call('GET', KEYS[r])
+  if not rec then return nil end
+  local reply = {}
+  for n in string.gmatch(rec, '%-?%d+') do reply[#reply + 1] = tonumber(n) end
+  return reply
+end
+
+local function answer(r, ms, reply)
+  local parts = {}
+  for i, n in ipairs(reply) do parts[i] = string.format('%d', n) end
+  redis.call('SET', KEYS[r], table.concat(parts, ' '), 'PX', ms)
+  return reply
 end
 
 local function next_token(i)

@@ -247,6 +247,13 @@ pub(crate) fn fresh_request_id() -> String {
     id
 }
 
+/// A fresh replay record key under `names` (its `req_prefix`, in the
+/// name's slot), for a call that changes a count and must not change it
+/// twice when it is sent again (`lua/shared.lua`'s `answer`).
+pub(crate) fn record_key(names: &Names) -> Str {
+    joined(&[&names.req_prefix, &fresh_request_id()]).into()
+}
+
 /// Appends `n` in lowercase hex without leading zeros (as `{:x}` writes it,
 /// without the formatting machinery: request ids are made on every call).
 fn push_hex(s: &mut String, n: u64) {

@@ -68,7 +68,11 @@ impl CountDownLatch {
     }
 
     async fn op(&self, op: Op) -> Result<Vec<i64>> {
-        self.core.first().run_call(|env| proto::call(&self.keys, op, env)).await
+        let record = crate::keys::record_key(&self.keys);
+        self.core
+            .first()
+            .run_call(|env| proto::call(&self.keys, &record, op, env))
+            .await
     }
 
     fn gone(&self) -> Error {
@@ -113,7 +117,9 @@ impl CountDownLatch {
     ///
     /// Not idempotent: dropped, the count-down may or may not have been
     /// applied, and calling again may count twice. Read
-    /// [`CountDownLatch::count`] when that matters.
+    /// [`CountDownLatch::count`] when that matters. (A call whose reply is
+    /// lost to a broken connection is sent again by the client itself, and
+    /// that counts once: the call carries a replay record.)
     pub async fn count_down(&self) -> Result<u64> {
         match self.op(Op::Down).await?.first() {
             Some(n) if *n >= 0 => Ok(*n as u64),

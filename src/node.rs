@@ -666,12 +666,25 @@ impl Node {
         Ok(reply.max(0) as u64)
     }
 
-    /// Runs a call of a primitive that is not a lock (an election's),
-    /// made with this node's environment. Such calls are read-only or
-    /// harmless when replayed (see their scripts).
+    /// Runs a call of a primitive that is not a lock (an election's, a
+    /// latch's, a semaphore's number), made with this node's environment.
+    /// It is sent again when the connection breaks before its reply: such
+    /// calls are read-only, harmless when replayed, or carry a replay
+    /// record (see their scripts).
     pub(crate) async fn run_call<'a, R: FromValue>(&self, make: impl FnOnce(&Env) -> Call<'a>) -> Result<R> {
         let call = make(&self.env());
         self.call(call, self.command_timeout).await
+    }
+
+    /// [`Node::run_call`], and whether the call was written more than
+    /// once (its connection broke before a reply): a release that then
+    /// finds nothing to free may have freed it with its first sending.
+    pub(crate) async fn run_call_counted<'a, R: FromValue>(
+        &self,
+        make: impl FnOnce(&Env) -> Call<'a>,
+    ) -> Result<(R, bool)> {
+        let call = make(&self.env());
+        self.call_counted(call, self.command_timeout).await
     }
 
     /// Whether this connection's ACL user may publish on `channel`: one

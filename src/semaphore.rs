@@ -233,14 +233,15 @@ impl Semaphore {
     }
 
     async fn number(&self, what: crate::protocol::semaphore::Number) -> Result<(bool, u64)> {
+        let record = crate::keys::record_key(&self.keys);
         let r: Vec<i64> = self
             .core
             .first()
             .run_call(|env| {
                 if self.redisson {
-                    crate::protocol::redisson::number(&self.keys, what, self.permits, env)
+                    crate::protocol::redisson::number(&self.keys, &record, what, self.permits, env)
                 } else {
-                    crate::protocol::semaphore::number(&self.keys, what, self.permits, env)
+                    crate::protocol::semaphore::number(&self.keys, &record, what, self.permits, env)
                 }
             })
             .await?;
@@ -278,7 +279,9 @@ impl Semaphore {
     ///
     /// Not idempotent: dropped, the change may or may not have been made,
     /// and calling again may add twice. Read
-    /// [`Semaphore::total_permits`] when that matters.
+    /// [`Semaphore::total_permits`] when that matters. (A call whose reply
+    /// is lost to a broken connection is sent again by the client itself,
+    /// and that adds once: the call carries a replay record.)
     pub async fn add_permits(&self, delta: i64) -> Result<u64> {
         match self.number(crate::protocol::semaphore::Number::Add(delta)).await? {
             (true, n) => Ok(n),
@@ -325,7 +328,10 @@ impl Semaphore {
     ///
     /// [`Error::NotHeld`] when no acquisition of that id holds permits
     /// (released, expired, or not a permit id of this semaphore); Redis
-    /// errors.
+    /// errors. A call whose reply was lost to a broken connection is sent
+    /// again, and when that finds nothing it answers `Ok`: the first
+    /// sending may have given the permits back, and either way none is
+    /// held under that id now (as a lock's release that was sent again).
     ///
     /// # Cancel safety
     ///
@@ -346,10 +352,10 @@ impl Semaphore {
         if !permit && redisson_id.is_none() {
             return Err(not_held());
         }
-        let r: i64 = self
+        let (r, resent): (i64, bool) = self
             .core
             .first()
-            .run_call(|env| match (self.redisson, redisson_id) {
+            .run_call_counted(|env| match (self.redisson, redisson_id) {
                 (true, Some(raw)) => crate::protocol::redisson::release_permits(
                     &self.keys,
                     fred::types::Value::Bytes(raw.to_vec().into()),
@@ -359,7 +365,11 @@ impl Semaphore {
                 (false, _) => crate::protocol::semaphore::release_by_id(&self.keys, id, self.permits, self.fair, env),
             })
             .await?;
-        if r == 0 {
+        // Sent twice (its connection broke before the reply) and nothing
+        // found the second time: the first sending may have given them
+        // back. Either way no acquisition of that id holds permits now, as
+        // a lock's release says of a re-sent release (`release_reply`).
+        if r == 0 || resent {
             Ok(())
         } else {
             Err(not_held())

@@ -213,3 +213,34 @@ async fn latches_and_semaphore_verbs_work_on_a_cluster_and_through_sentinel() {
     })
     .await;
 }
+
+/// A count-down whose reply is lost (the script ran, the connection broke
+/// before its answer) is sent again by the client: the second sending
+/// must not count a second time, or the latch opens before every party
+/// counted down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_down_whose_reply_was_lost_counts_once() {
+    let server = RedisServer::start();
+    bounded(BOUND, async {
+        let proxy = Proxy::start(server.port).await;
+        let c = client(&proxy.url(), Duration::from_secs(5)).await;
+        let latch = c.count_down_latch("replayed").unwrap();
+        assert!(latch.try_set_count(3).await.unwrap());
+        proxy.drop_next_reply();
+        assert_eq!(latch.count_down().await.expect("survives the lost reply"), 2);
+        assert_eq!(proxy.dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            server.cmd(&["HGET", "replayed", ":count"]).as_int(),
+            Some(2),
+            "counted once"
+        );
+        // A setting whose reply was lost is not set twice either (the
+        // second sending finds the latch counting, and says so).
+        assert_eq!(latch.count_down().await.unwrap(), 1);
+        assert_eq!(latch.count_down().await.unwrap(), 0);
+        proxy.drop_next_reply();
+        assert!(latch.try_set_count(2).await.expect("survives the lost reply"));
+        assert_eq!(latch.count().await.unwrap(), Some(2));
+    })
+    .await
+}

@@ -850,3 +850,52 @@ async fn a_release_leaves_alone_a_hold_of_its_permit_id_that_another_request_mad
     })
     .await;
 }
+
+/// Changing the number whose reply is lost (the script ran, the connection
+/// broke before its answer): the client sends the same call again, which
+/// must not add a second time (more permits than anyone asked for), and a
+/// setting that stored the number still says so. Every layout: plain,
+/// fair, Redisson's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_the_number_whose_reply_was_lost_is_made_once() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let c = client(&proxy.url(), LONG).await;
+        for (i, sem) in [
+            c.semaphore("lost-plain", 2).unwrap(),
+            c.fair_semaphore("lost-fair", 2).unwrap(),
+            c.redisson_semaphore("lost-redisson", 2).unwrap(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let dropped = proxy.dropped.load(Ordering::SeqCst);
+            proxy.drop_next_reply();
+            assert!(
+                sem.try_set_permits(3).await.expect("survives the lost reply"),
+                "{i}: stored"
+            );
+            assert_eq!(proxy.dropped.load(Ordering::SeqCst), dropped + 1);
+            proxy.drop_next_reply();
+            assert_eq!(sem.add_permits(2).await.expect("survives the lost reply"), 5, "{i}");
+            assert_eq!(proxy.dropped.load(Ordering::SeqCst), dropped + 2);
+            assert_eq!(sem.total_permits().await.unwrap(), 5, "{i}: added once");
+            assert_eq!(sem.available_permits().await.unwrap(), 5, "{i}");
+            // A give-back by id whose reply is lost: its re-send finds
+            // nothing to give back, and the call still says it is done.
+            let p = sem.try_acquire(Duration::ZERO, LONG).await.unwrap().expect("free");
+            assert_eq!(sem.available_permits().await.unwrap(), 4, "{i}");
+            proxy.drop_next_reply();
+            sem.release_by_id(&p.id()).await.expect("given back, its reply lost");
+            assert_eq!(proxy.dropped.load(Ordering::SeqCst), dropped + 3);
+            assert_eq!(sem.available_permits().await.unwrap(), 5, "{i}");
+            assert!(
+                matches!(sem.release_by_id(&p.id()).await, Err(Error::NotHeld { .. })),
+                "{i}"
+            );
+            drop(p);
+        }
+    })
+    .await
+}

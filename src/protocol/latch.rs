@@ -5,8 +5,8 @@ use std::sync::LazyLock;
 
 use fred::types::Value;
 
-use super::{lit, name, Call, Env, Script};
-use crate::keys::Names;
+use super::{lit, ms, name, Call, Env, Script};
+use crate::keys::{Names, Str};
 
 static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new("latch", lua!("shared.lua", "latch.lua")));
 
@@ -26,7 +26,11 @@ pub(crate) enum Op {
     Delete,
 }
 
-pub(crate) fn call<'a>(keys: &'a Names, op: Op, env: &Env) -> Call<'a> {
+/// The call `op` on the latch; `record`: the call's replay record (a
+/// fresh request id under the name's `req_prefix`), so a re-sent count-down
+/// or setting returns the first sending's reply instead of counting (or
+/// setting) again.
+pub(crate) fn call<'a>(keys: &'a Names, record: &'a Str, op: Op, env: &Env) -> Call<'a> {
     let (what, n) = match op {
         Op::Set(n) => ("set", n),
         Op::Down => ("down", 0),
@@ -35,9 +39,16 @@ pub(crate) fn call<'a>(keys: &'a Names, op: Op, env: &Env) -> Call<'a> {
     };
     Call {
         script: &LATCH,
-        keys: vec![&keys.lock, &keys.token],
-        args: vec![lit(what), Value::from(n as i64), name(&keys.channel), lit(env.publish)],
-        first_send: None,
+        keys: vec![&keys.lock, &keys.token, record],
+        args: vec![
+            lit(what),
+            Value::from(n as i64),
+            name(&keys.channel),
+            lit(env.publish),
+            ms(env.record_ttl).into(),
+            lit("1"),
+        ],
+        first_send: Some(5),
     }
 }
 

@@ -150,16 +150,30 @@ pub(crate) fn count(keys: &Names, total: u32) -> Call<'_> {
 
 /// Sets or changes the count of the semaphore `keys` in Redisson's layout
 /// (`lua/rsem_permits.lua`): replies `[1, number]` done, `[0, number]` not.
-pub(crate) fn number<'a>(keys: &'a Names, what: super::semaphore::Number, handle: u32, env: &Env) -> Call<'a> {
+/// `record`: the call's replay record (see `semaphore::number`).
+pub(crate) fn number<'a>(
+    keys: &'a Names,
+    record: &'a Str,
+    what: super::semaphore::Number,
+    handle: u32,
+    env: &Env,
+) -> Call<'a> {
     let (op, n) = match what {
         super::semaphore::Number::Set(n) => ("set", n as i64),
         super::semaphore::Number::Add(d) => ("add", d),
     };
     Call {
         script: &RSEM_PERMITS,
-        keys: vec![&keys.permits, &keys.lock, &keys.channel],
-        args: vec![lit(op), n.into(), (handle as i64).into(), lit(env.publish)],
-        first_send: None,
+        keys: vec![&keys.permits, &keys.lock, &keys.channel, record],
+        args: vec![
+            lit(op),
+            n.into(),
+            (handle as i64).into(),
+            lit(env.publish),
+            ms(env.record_ttl).into(),
+            lit("1"),
+        ],
+        first_send: Some(5),
     }
 }
 

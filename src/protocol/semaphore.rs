@@ -263,15 +263,17 @@ pub(crate) enum Number {
 }
 
 /// Stores or changes the number (`lua/sem_permits.lua`): replies
-/// `[1, number]` stored, `[0, number]` not.
-pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) -> Call<'a> {
+/// `[1, number]` stored, `[0, number]` not. `record`: the call's replay
+/// record, so an `Add` sent again after a broken connection is not made
+/// twice.
+pub(crate) fn number<'a>(keys: &'a Names, record: &'a Str, what: Number, handle: u32, env: &Env) -> Call<'a> {
     let (op, n) = match what {
         Number::Set(n) => ("set", n as i64),
         Number::Add(d) => ("add", d),
     };
     Call {
         script: &SEM_PERMITS,
-        keys: vec![&keys.permits, &keys.queue, &keys.asks, &keys.waiters],
+        keys: vec![&keys.permits, &keys.queue, &keys.asks, &keys.waiters, record],
         args: vec![
             lit(op),
             n.into(),
@@ -279,8 +281,10 @@ pub(crate) fn number<'a>(keys: &'a Names, what: Number, handle: u32, env: &Env) 
             name(&keys.channel),
             lit(env.publish),
             name(&keys.wake_prefix),
+            ms(env.record_ttl).into(),
+            lit("1"),
         ],
-        first_send: None,
+        first_send: Some(7),
     }
 }
 
