@@ -18,6 +18,7 @@ use std::time::Instant;
 use model::fair::{Bounds as FairBounds, Defect as FairDefect, FairModel};
 use model::fair_sem::{Bounds as FairSemBounds, Defect as FairSemDefect, FairSemModel};
 use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
+use model::latch::{Bounds as LatchBounds, Defect as LatchDefect, LatchModel};
 use model::quorum::{Bounds as QuorumBounds, Defect as QuorumDefect, QuorumModel};
 use model::server::Defect;
 use model::shared_hash::Defect as FamilyDefect;
@@ -1097,6 +1098,53 @@ fn every_wait_property_finds_the_defect_it_is_there_for() {
             WakeModel::with_defect(WAKE_FORCE, WakeDefect::ForceTellsNobody),
             WAKE_FORCE.depth,
             "no wake-up is lost",
+        );
+    }
+}
+
+/// The count-down latch's bound: a setter that may set twice, two
+/// counters counting down once per setting, one waiter, one data loss.
+const LATCH: LatchBounds = LatchBounds {
+    counters: 2,
+    waiters: 1,
+    sets: 2,
+    faults: 1,
+    depth: Some(13),
+};
+
+fn latch_bounds() -> LatchBounds {
+    LatchBounds {
+        depth: depth("LATCH", LATCH.depth, 3),
+        ..LATCH
+    }
+}
+
+#[test]
+fn the_count_down_latch_keeps_every_property_in_every_reachable_state() {
+    let bounds = latch_bounds();
+    explore(&format!("LATCH {bounds:?}"), LatchModel::new(bounds), bounds.depth);
+}
+
+/// Each defect of the latch and the property that catches it.
+const LATCH_CAUGHT: [(LatchDefect, &str); 5] = [
+    (LatchDefect::NoRecord, "a count-down is counted once"),
+    (LatchDefect::NoRecord, "a setting that is stored says so"),
+    (
+        LatchDefect::GoneIsZero,
+        "a waiter is let through only by its generation's zero",
+    ),
+    (LatchDefect::SetWhileCounting, "a latch counting is never set again"),
+    (LatchDefect::CounterRestartsAtOne, "generations only grow"),
+];
+
+#[test]
+fn every_latch_property_finds_the_defect_it_is_there_for() {
+    for (defect, property) in LATCH_CAUGHT {
+        counterexample(
+            &format!("{defect:?}"),
+            LatchModel::with_defect(LATCH, defect),
+            LATCH.depth,
+            property,
         );
     }
 }

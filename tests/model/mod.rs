@@ -24,6 +24,7 @@
 pub mod fair;
 pub mod fair_sem;
 pub mod family;
+pub mod latch;
 pub mod net;
 pub mod quorum;
 pub mod server;
