@@ -184,7 +184,7 @@ impl Policy for FairWait<'_> {
             // this one.
             return Wake::Stale;
         }
-        match crate::wait::claim_grant(self.t, &m, token, ms, n) {
+        match crate::wait::claim_grant(self.t, &m, request, token, ms, n) {
             Some(guard) => {
                 self.queued.disarm(); // the grant removed us from the queue
                 Wake::Granted(guard)

@@ -382,7 +382,7 @@ impl Policy for WakeOne {
                     core: &self.core,
                     keys: &self.keys,
                 };
-                if let Some(guard) = claim_grant(t, &m, token, ms, n) {
+                if let Some(guard) = claim_grant(t, &m, id, token, ms, n) {
                     self.pass_on.disarm();
                     return Wake::Granted(guard);
                 }
@@ -855,7 +855,14 @@ pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str, Option<u64>)> {
 /// the way into it, a hold still held gets its own lease (as a renewal
 /// would, see `crate::extend`).
 /// Short holds never need that call.
-pub(crate) fn claim_grant(t: Target<'_>, m: &Message<'_>, token: u64, ms: u64, n: Option<u64>) -> Option<LockGuard> {
+pub(crate) fn claim_grant(
+    t: Target<'_>,
+    m: &Message<'_>,
+    request: &str,
+    token: u64,
+    ms: u64,
+    n: Option<u64>,
+) -> Option<LockGuard> {
     if n != Some(m.attempt) {
         return None;
     }
@@ -872,7 +879,11 @@ pub(crate) fn claim_grant(t: Target<'_>, m: &Message<'_>, token: u64, ms: u64, n
         token,
         depth: 1,
         node_tokens: vec![Some(token)],
-        take: None,
+        // The grant's hold is the waiting request's, as a take by it would
+        // be: a permit's release names it, so a lost such hold's release
+        // leaves alone a hold of the same permit id that another request
+        // made (the locks' releases go by token and owner).
+        take: Some(request.to_string()),
         sent_at,
         valid_until: sent_at + granted.saturating_sub(crate::quorum::drift(granted)),
     };

@@ -899,3 +899,73 @@ async fn a_change_of_the_number_whose_reply_was_lost_is_made_once() {
     })
     .await
 }
+
+/// A permit handed over by a release and claimed from its message (no
+/// attempt of the waiter's after the release) names the waiting request in
+/// its release, as a permit the waiter's own attempt took does: a hold of
+/// the same permit id that another request made (a re-send of one of the
+/// acquisition's earlier attempts, taking the permits anew after this hold
+/// lapsed) is left alone. Played by rewriting the hold's request on the
+/// server; for the semaphore and the fair semaphore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_grant_releases_only_the_hold_its_request_was_granted() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        for (name, fair) in [("claimed-plain", false), ("claimed-fair", true)] {
+            let holder = client(&server.url(), LONG).await;
+            // A fair grant's first lease is cut to the waiter's queue
+            // deadline, and a third of it in the waiter extends it: a long
+            // timeout keeps that call out of the count below.
+            let waiter = lockwarden::Client::builder(&server.url())
+                .watchdog_lease(LONG)
+                .fair_waiter_timeout(Duration::from_secs(60))
+                .build()
+                .await
+                .unwrap();
+            let sem = |c: &lockwarden::Client| match fair {
+                false => c.semaphore(name, 1).unwrap(),
+                true => c.fair_semaphore(name, 1).unwrap(),
+            };
+            // The waiter may still be settling into its sleep (its reply
+            // read, its subscription made) when the release hands it the
+            // permit: it then takes it with an attempt of its own, from its
+            // record. Until a round where it claims the message instead.
+            let mut claimed = None;
+            for _ in 0..10 {
+                let held_first = sem(&holder).acquire().await.unwrap();
+                let waiting = sem(&waiter);
+                let task = tokio::spawn(async move { waiting.try_acquire(Duration::from_secs(20), LONG).await });
+                let asks = format!("lockwarden:{{{name}}}:asks");
+                assert!(
+                    eventually(Duration::from_secs(5), || server.cmd(&["HLEN", &asks]).as_int()
+                        == Some(1))
+                    .await,
+                    "{name}: the waiter asked to be handed the permit"
+                );
+                let calls = server.command_calls("evalsha");
+                held_first.release().await.unwrap();
+                let permit = task.await.unwrap().unwrap().expect("handed the permit");
+                // The release was the only call: claimed from the message.
+                if server.command_calls("evalsha") - calls == 1 {
+                    claimed = Some(permit);
+                    break;
+                }
+                permit.release().await.unwrap();
+            }
+            let permit = claimed.expect("a round where the waiter claimed the grant from its message");
+            let q = server
+                .cmd(&["HKEYS", name])
+                .strings()
+                .into_iter()
+                .find(|f| f.starts_with(":q:"))
+                .expect("the hold's request field");
+            server.cmd(&["HSET", name, &q, "another-attempt"]);
+            assert!(
+                permit.release().await.is_err(),
+                "{name}: the claimed grant released another request's hold"
+            );
+            assert_eq!(held(&server, name), 1, "{name}: the other request's hold stays");
+        }
+    })
+    .await;
+}

@@ -429,8 +429,8 @@ impl FamilyModel {
                 ..
             } => {
                 // The request that took the permits, when the client knows
-                // it (`Release::take`: a fresh take's; a grant claimed from
-                // its message names none).
+                // it (`Release::take`: a fresh take's, or the wait's request
+                // for a grant claimed from its message).
                 let reply = s.server.sem_release(p, take, PERMITS, self.defect);
                 Self::post(s);
                 Reply::Release(reply)
@@ -724,8 +724,9 @@ impl FamilyModel {
             cl.phase = Phase::Held {
                 field,
                 token: 0,
-                // As `wait::claim_grant`'s guard: no take named.
-                take: None,
+                // As `wait::claim_grant`'s guard: the wait's request,
+                // which the grant's hold names (its release names it).
+                take: Some(req),
                 count: 1,
                 valid_until: w.sent + ms,
             };
