@@ -17,6 +17,13 @@
 -- ARGV[4]  for one side of a read-write lock, "read" or "write": the lock
 --          is deleted only while that side holds it (a writer holds it, or
 --          readers without a writer); "" for any other lock
+-- KEYS[7]  this call's replay record (lives ARGV[5] ms): a force-unlock
+--          sent again after its connection broke before the reply gets
+--          the first sending's reply and deletes nothing (a lock taken
+--          since the first sending is not freed by it)
+-- ARGV[5]  the replay record's lifetime in ms
+-- ARGV[6]  "1" when this call was never sent before, anything else on a
+--          re-send
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 --   error "WRONGTYPE <type> 1" when KEYS[1] is not a hash, "WRONGTYPE
@@ -38,11 +45,20 @@
 -- A refused PUBLISH (an ACL without channel rights) does not undo the
 -- delete: waiters then wake at their lease bound.
 
+if KEYS[7] then
+  local again = replayed(7, ARGV[6])
+  if again then return again[1] end
+end
+local function done(n)
+  if KEYS[7] then answer(7, ARGV[5], {n}) end
+  return n
+end
+
 local publish = ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
-  return 0
+  return done(0)
 end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. kind .. ' 1')
@@ -71,7 +87,7 @@ if ARGV[4] == 'read' or ARGV[4] == 'write' then
   local held = writer
   if ARGV[4] == 'read' then held = readers and not writer end
   if not held then
-    return 0
+    return done(0)
   end
 end
 redis.call('DEL', KEYS[1])
@@ -92,4 +108,4 @@ if own == 'semaphore' then
 else
   wake_next(5, ARGV[2], publish, ARGV[1])
 end
-return 1
+return done(1)

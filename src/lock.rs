@@ -443,7 +443,10 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// The script may or may not have run when the future is dropped.
+    /// The script may or may not have run when the future is dropped. (A
+    /// call whose reply is lost to a broken connection is sent again by
+    /// the client itself; that re-send answers as the first sending did,
+    /// and frees no lock taken since: the call carries a replay record.)
     pub async fn force_unlock(&self) -> Result<bool> {
         let deleted = self.each("force_unlock", |node| node.force_unlock(&self.keys)).await?;
         Ok(deleted.into_iter().any(|d| d))

@@ -730,9 +730,12 @@ impl Node {
         Ok((run_id, Duration::from_secs(uptime)))
     }
 
+    /// Deletes the lock whoever holds it; whether there was one. The call
+    /// carries a replay record (a re-send deletes nothing more).
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
+        let rec = crate::protocol::record(keys, &crate::keys::fresh_request_id());
         let reply: i64 = self
-            .call(keys.kind.force_unlock(keys, &self.env()), self.command_timeout)
+            .call(keys.kind.force_unlock(keys, &rec, &self.env()), self.command_timeout)
             .await?;
         Ok(reply == 1)
     }

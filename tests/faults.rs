@@ -304,3 +304,131 @@ async fn an_acquire_whose_reply_never_comes_is_undone_once_the_server_answers() 
     })
     .await
 }
+
+/// A force-unlock whose reply is lost (the script ran, the connection broke
+/// before its answer) is sent again by the client: the second sending must
+/// neither say there was no lock nor delete a lock taken since. The first
+/// is shown here for every layout's force-unlock (lockwarden's, a
+/// read-write side's, Redisson's lock, fair lock and read-write lock); the
+/// next test plays the second on the scripts themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_whose_reply_was_lost_says_it_freed_the_lock() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let holder = client(&server.url(), LONG).await;
+        let admin = client(&proxy.url(), LONG).await;
+        let cases: [(&str, fn(&lockwarden::Client, &str) -> lockwarden::Lock); 6] = [
+            ("plain", |c, n| c.lock(n).unwrap()),
+            ("fair", |c, n| c.fair_lock(n).unwrap()),
+            ("write", |c, n| c.rw_lock(n).unwrap().write()),
+            ("redisson", |c, n| c.redisson_lock(n).unwrap()),
+            ("redisson-fair", |c, n| c.redisson_fair_lock(n).unwrap()),
+            ("redisson-write", |c, n| c.redisson_rw_lock(n).unwrap().write()),
+        ];
+        for (name, of) in cases {
+            let held = of(&holder, name).lock().await.unwrap();
+            let dropped = proxy.dropped.load(Ordering::SeqCst);
+            proxy.drop_next_reply();
+            assert!(
+                of(&admin, name).force_unlock().await.expect("survives the lost reply"),
+                "{name}: the force-unlock freed a lock, and says so"
+            );
+            assert_eq!(proxy.dropped.load(Ordering::SeqCst), dropped + 1, "{name}");
+            assert!(!of(&admin, name).is_locked().await.unwrap(), "{name}");
+            assert!(held.unlock().await.is_err(), "{name}: the hold was freed");
+        }
+    })
+    .await
+}
+
+/// The force-unlock scripts as `src/protocol/` puts them together.
+const FORCE_UNLOCK: &str = concat!(
+    include_str!("../lua/shared.lua"),
+    include_str!("../lua/shared_wake.lua"),
+    include_str!("../lua/force_unlock.lua")
+);
+const REDISSON_FORCE_UNLOCK: &str = concat!(
+    include_str!("../lua/shared.lua"),
+    include_str!("../lua/redisson_force_unlock.lua")
+);
+
+/// A force-unlock sent again after its first sending freed the lock and
+/// another client took it since: the re-send finds its record, answers as
+/// the first did, and leaves the new hold alone (lockwarden's layout and
+/// Redisson's). Run on the very script texts the library loads (checked
+/// against the server's script cache).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_sent_again_leaves_a_lock_taken_since_alone() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let cached = server.info_field("memory", "number_of_cached_scripts");
+        for text in [FORCE_UNLOCK, REDISSON_FORCE_UNLOCK] {
+            server.cmd(&["SCRIPT", "LOAD", text]);
+        }
+        assert_eq!(
+            server.info_field("memory", "number_of_cached_scripts"),
+            cached,
+            "the library's own scripts"
+        );
+        let forced = |text: &str, name: &str, rec: &str, first: &str| {
+            let (keys, args): (Vec<String>, Vec<&str>) = if text == FORCE_UNLOCK {
+                let k = |s: &str| format!("lockwarden:{{{name}}}:{s}");
+                (
+                    vec![
+                        name.to_string(),
+                        k("channel"),
+                        k("queue"),
+                        k("asks"),
+                        k("waiters"),
+                        k("writers"),
+                        rec.to_string(),
+                    ],
+                    vec!["0", "lockwarden:wake:", "PUBLISH", "", "60000", first],
+                )
+            } else {
+                (
+                    vec![
+                        name.to_string(),
+                        format!("redisson_lock__channel:{{{name}}}"),
+                        rec.to_string(),
+                    ],
+                    vec!["PUBLISH", "60000", first],
+                )
+            };
+            let n = keys.len().to_string();
+            let mut cmd = vec!["EVAL", text, &n];
+            cmd.extend(keys.iter().map(String::as_str));
+            cmd.extend(args);
+            server.cmd(&cmd).as_int()
+        };
+        for (text, name, lock) in [
+            (FORCE_UNLOCK, "again", c.lock("again").unwrap()),
+            (
+                REDISSON_FORCE_UNLOCK,
+                "again-redisson",
+                c.redisson_lock("again-redisson").unwrap(),
+            ),
+        ] {
+            let rec = format!("lockwarden:{{{name}}}:req:force");
+            let first = lock.lock().await.unwrap();
+            assert_eq!(forced(text, name, &rec, "1"), Some(1), "{name}: freed");
+            assert!(first.unlock().await.is_err(), "{name}: the first hold is gone");
+            let since = lock.lock().await.unwrap();
+            assert_eq!(
+                forced(text, name, &rec, "0"),
+                Some(1),
+                "{name}: the first sending's answer"
+            );
+            assert!(lock.is_locked().await.unwrap(), "{name}: the hold taken since stays");
+            since.unlock().await.expect("still held");
+            // Without its record (it lapsed), a re-send is a new call.
+            server.cmd(&["DEL", &rec]);
+            let third = lock.lock().await.unwrap();
+            assert_eq!(forced(text, name, &rec, "0"), Some(1), "{name}");
+            assert!(third.unlock().await.is_err(), "{name}");
+        }
+    })
+    .await
+}

@@ -432,15 +432,17 @@ pub(crate) trait Protocol: Send + Sync {
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters
-    /// (`lua/force_unlock.lua`).
-    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
-        force_unlock(keys, env, "")
+    /// (`lua/force_unlock.lua`). `rec`: the call's replay record, so that
+    /// a re-send after a broken connection answers as the first sending
+    /// did and frees no lock taken since.
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, rec: &'a Str, env: &Env) -> Call<'a> {
+        force_unlock(keys, rec, env, "")
     }
 }
 
 /// The force-unlock call; `side`: "read" or "write" to free one side of a
 /// read-write lock only, "" the whole lock.
-fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'a> {
+fn force_unlock<'a>(keys: &'a LockKeys, rec: &'a Str, env: &Env, side: &'static str) -> Call<'a> {
     Call {
         script: &FORCE_UNLOCK,
         keys: vec![
@@ -450,14 +452,17 @@ fn force_unlock<'a>(keys: &'a LockKeys, env: &Env, side: &'static str) -> Call<'
             &keys.asks,
             &keys.waiters,
             &keys.writers,
+            rec,
         ],
         args: vec![
             lit(UNLOCK_MESSAGE),
             name(&keys.wake_prefix),
             lit(env.publish),
             lit(side),
+            ms(env.record_ttl).into(),
+            lit("1"),
         ],
-        first_send: None,
+        first_send: Some(5),
     }
 }
 

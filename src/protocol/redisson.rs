@@ -55,12 +55,12 @@ impl Protocol for RedissonLock {
         vec![&ACQUIRE, &RELEASE, &FORCE_UNLOCK]
     }
 
-    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, rec: &'a Str, env: &Env) -> Call<'a> {
         Call {
             script: &FORCE_UNLOCK,
-            keys: vec![&keys.lock, &keys.channel],
-            args: vec![lit(env.publish)],
-            first_send: None,
+            keys: vec![&keys.lock, &keys.channel, rec],
+            args: vec![lit(env.publish), ms(env.record_ttl).into(), lit("1")],
+            first_send: Some(2),
         }
     }
 }
@@ -272,12 +272,12 @@ impl Protocol for RedissonSide {
 
     /// Frees the lock only while this side holds it (Redisson's
     /// `forceUnlock` of that side).
-    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, rec: &'a Str, env: &Env) -> Call<'a> {
         Call {
             script: &RRW_FORCE_UNLOCK,
-            keys: vec![&keys.lock, &keys.channel],
-            args: vec![lit(env.publish), self.side()],
-            first_send: None,
+            keys: vec![&keys.lock, &keys.channel, rec],
+            args: vec![lit(env.publish), self.side(), ms(env.record_ttl).into(), lit("1")],
+            first_send: Some(3),
         }
     }
 }
@@ -355,12 +355,17 @@ impl Protocol for RedissonFair {
         })
     }
 
-    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, rec: &'a Str, env: &Env) -> Call<'a> {
         Call {
             script: &RFAIR_FORCE_UNLOCK,
-            keys: vec![&keys.lock, &keys.queue, &keys.timeouts],
-            args: vec![lit(env.publish), name(&keys.wake_prefix)],
-            first_send: None,
+            keys: vec![&keys.lock, &keys.queue, &keys.timeouts, rec],
+            args: vec![
+                lit(env.publish),
+                name(&keys.wake_prefix),
+                ms(env.record_ttl).into(),
+                lit("1"),
+            ],
+            first_send: Some(3),
         }
     }
 }

@@ -99,8 +99,8 @@ impl Protocol for Side {
 
     /// Frees the lock only while this side holds it (a read side forced
     /// while a writer holds the lock leaves the writer alone).
-    fn force_unlock<'a>(&self, keys: &'a LockKeys, env: &Env) -> Call<'a> {
-        super::force_unlock(keys, env, if self.read { "read" } else { "write" })
+    fn force_unlock<'a>(&self, keys: &'a LockKeys, rec: &'a Str, env: &Env) -> Call<'a> {
+        super::force_unlock(keys, rec, env, if self.read { "read" } else { "write" })
     }
 }
 
