@@ -305,6 +305,9 @@ async fn an_acquire_whose_reply_never_comes_is_undone_once_the_server_answers() 
     .await
 }
 
+/// A lock handle of one layout, made from a client and a name.
+type Handle = fn(&lockwarden::Client, &str) -> lockwarden::Lock;
+
 /// A force-unlock whose reply is lost (the script ran, the connection broke
 /// before its answer) is sent again by the client: the second sending must
 /// neither say there was no lock nor delete a lock taken since. The first
@@ -318,7 +321,7 @@ async fn a_force_unlock_whose_reply_was_lost_says_it_freed_the_lock() {
         let proxy = Proxy::start(server.port).await;
         let holder = client(&server.url(), LONG).await;
         let admin = client(&proxy.url(), LONG).await;
-        let cases: [(&str, fn(&lockwarden::Client, &str) -> lockwarden::Lock); 6] = [
+        let cases: [(&str, Handle); 6] = [
             ("plain", |c, n| c.lock(n).unwrap()),
             ("fair", |c, n| c.fair_lock(n).unwrap()),
             ("write", |c, n| c.rw_lock(n).unwrap().write()),
