@@ -10,9 +10,13 @@
 -- ARGV[3]  the election's channel
 -- ARGV[4]  PUBLISH, or SPUBLISH on a cluster
 -- ARGV[5]  how long the log lives after its last entry (ms)
+-- ARGV[6]  the leadership's term; optional ("" or absent: any): a hold of
+--          the same owner with another token is another hold (a later
+--          take of the owner), not this leadership's
 --
 -- Returns the term (the hold's fencing token), or -1 when ARGV[1] does not
--- hold the lock (the leadership was lost or resigned): nothing is written.
+-- hold the lock under the term ARGV[6] (the leadership was lost or
+-- resigned): nothing is written.
 -- Errors "WRONGTYPE <type> <i>" when KEYS[i] is of another type: nothing
 -- is written either. A re-sent call appends the same entry twice; readers
 -- of the log skip an entry equal to the one before it.
@@ -29,6 +33,9 @@ if held == 'none' or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
 local term = redis.call('HGET', KEYS[1], ':token')
+if ARGV[6] and ARGV[6] ~= '' and term ~= ARGV[6] then
+  return -1
+end
 redis.call('HSET', KEYS[1], ':value', ARGV[2])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', '100', '*', 'term', term, 'value', ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])

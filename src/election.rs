@@ -438,8 +438,10 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the leadership is lost (nothing is written;
-    /// it is marked lost); Redis errors.
+    /// [`Error::NotHeld`] when the leadership is lost or its validity is
+    /// over, or the election's lock is no longer held under this
+    /// leadership's term (nothing is written; it is marked lost); Redis
+    /// errors.
     ///
     /// # Cancel safety
     ///
@@ -447,12 +449,21 @@ impl Leadership {
     /// (observers see it at most once).
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
+        let not_held = || Error::NotHeld {
+            name: self.name().to_string(),
+        };
+        // Lost, or its validity over (the watchdog is about to say so): no
+        // longer the leader, whatever the server still has.
+        if self.guard.is_lost() || self.guard.validity().is_zero() {
+            return Err(not_held());
+        }
         let owner = self.guard.owner();
+        let term = self.term();
         let reply: i64 = self
             .election
             .core
             .first()
-            .run_call(|env| proto::proclaim(&self.election.keys, &owner.field, &value, env))
+            .run_call(|env| proto::proclaim(&self.election.keys, &owner.field, term, &value, env))
             .await?;
         match proto::proclaimed(reply) {
             Some(_) => {
@@ -461,9 +472,7 @@ impl Leadership {
             }
             None => {
                 self.guard.hold().mark_lost(LossReason::Gone);
-                Err(Error::NotHeld {
-                    name: self.name().to_string(),
-                })
+                Err(not_held())
             }
         }
     }

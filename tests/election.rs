@@ -305,3 +305,35 @@ async fn elections_run_on_a_cluster_and_through_sentinel() {
     })
     .await;
 }
+
+/// A proclaim names its term: a hold of the election's lock under the
+/// leadership's owner but with another token (a later take of the same
+/// owner, such as a background re-send of one of the campaign's attempts
+/// taking the lock anew after this hold lapsed) is not this leadership's,
+/// and the proclaim writes nothing there. Played by rewriting the hold's
+/// token on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaim_writes_only_under_its_own_term() {
+    let server = RedisServer::start();
+    bounded(BOUND, async {
+        let c = client(&server.url(), Duration::from_secs(30)).await;
+        let election = c.election("termed").unwrap();
+        let leadership = election.campaign("first").await.unwrap();
+        let term = leadership.term();
+        assert_eq!(election.leader().await.unwrap(), Some(make_leader("first", term)));
+        server.cmd(&["HSET", "termed", ":token", &(term + 1).to_string()]);
+        let r = leadership.proclaim("second").await;
+        assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
+        assert_eq!(
+            server.cmd(&["HGET", "termed", ":value"]).as_str(),
+            Some("first"),
+            "nothing written under another term"
+        );
+        assert!(leadership.is_lost(), "the leadership is marked lost");
+        assert!(
+            matches!(leadership.proclaim("third").await, Err(Error::NotHeld { .. })),
+            "a lost leadership proclaims nothing"
+        );
+    })
+    .await;
+}

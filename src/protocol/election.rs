@@ -31,8 +31,9 @@ pub(crate) struct ElectionKeys {
     pub(crate) log: Str,
 }
 
-/// `owner`, the holder of the election's lock, says `value`.
-pub(crate) fn proclaim<'a>(keys: &'a ElectionKeys, owner: &Str, value: &str, env: &Env) -> Call<'a> {
+/// `owner`, the holder of the election's lock under `term` (its hold's
+/// token), says `value`.
+pub(crate) fn proclaim<'a>(keys: &'a ElectionKeys, owner: &Str, term: u64, value: &str, env: &Env) -> Call<'a> {
     Call {
         script: &PROCLAIM,
         keys: vec![&keys.lock, &keys.log],
@@ -42,6 +43,7 @@ pub(crate) fn proclaim<'a>(keys: &'a ElectionKeys, owner: &Str, value: &str, env
             name(&keys.channel),
             lit(env.publish),
             ms(LOG_LIFETIME).into(),
+            term.to_string().into(),
         ],
         first_send: None,
     }
