@@ -15,6 +15,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Instant;
 
+use model::election::{Bounds as ElectionBounds, Defect as ElectionDefect, ElectionModel};
 use model::fair::{Bounds as FairBounds, Defect as FairDefect, FairModel};
 use model::fair_sem::{Bounds as FairSemBounds, Defect as FairSemDefect, FairSemModel};
 use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
@@ -1144,6 +1145,55 @@ fn every_latch_property_finds_the_defect_it_is_there_for() {
             &format!("{defect:?}"),
             LatchModel::with_defect(LATCH, defect),
             LATCH.depth,
+            property,
+        );
+    }
+}
+
+/// Leader election's bound: two clients, two campaigns each, a proclaim
+/// per leadership, one FLUSHALL.
+const ELECTION: ElectionBounds = ElectionBounds {
+    clients: 2,
+    campaigns: 2,
+    proclaims: 1,
+    calls: 4,
+    faults: 1,
+    depth: Some(14),
+};
+
+#[test]
+fn leader_election_keeps_every_property_in_every_reachable_state() {
+    let bounds = ElectionBounds {
+        depth: depth("ELECTION", ELECTION.depth, 3),
+        ..ELECTION
+    };
+    explore(
+        &format!("ELECTION {bounds:?}"),
+        ElectionModel::new(bounds),
+        bounds.depth,
+    );
+}
+
+/// Each defect of the election and the property that catches it.
+const ELECTION_CAUGHT: [(ElectionDefect, &str); 3] = [
+    (
+        ElectionDefect::ProclaimIgnoresTerm,
+        "a value stands only under the term that proclaimed it",
+    ),
+    (
+        ElectionDefect::ProclaimWhenLost,
+        "a lost or expired leadership proclaims nothing",
+    ),
+    (ElectionDefect::CounterRestartsAtOne, "terms only grow"),
+];
+
+#[test]
+fn every_election_property_finds_the_defect_it_is_there_for() {
+    for (defect, property) in ELECTION_CAUGHT {
+        counterexample(
+            &format!("{defect:?}"),
+            ElectionModel::with_defect(ELECTION, defect),
+            ELECTION.depth,
             property,
         );
     }

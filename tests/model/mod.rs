@@ -21,6 +21,7 @@
 //! differential test's operations for its scripts.
 #![allow(dead_code)]
 
+pub mod election;
 pub mod fair;
 pub mod fair_sem;
 pub mod family;
