@@ -973,8 +973,42 @@ const WAKE: WakeBounds = WakeBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
+    resends: false,
     depth: Some(10),
 };
+
+/// The waits with attempts given up on re-sent in the background and
+/// given back while the waits go on (one acquisition each, no data loss).
+const WAKE_RESENDS: WakeBounds = WakeBounds {
+    acquires: 1,
+    faults: 0,
+    resends: true,
+    depth: Some(10),
+    ..WAKE
+};
+
+/// An attempt whose outcome is unknown is re-sent in the background and
+/// what it got given back (its release naming the token) while the wait
+/// goes on under a fresh request: every property holds, and a give-back
+/// that ignored the token would free the wait's newer hold.
+#[test]
+fn the_reentrant_locks_waits_keep_every_property_with_attempts_re_sent_in_the_background() {
+    let bounds = WakeBounds {
+        depth: depth("WAKE_RESENDS", WAKE_RESENDS.depth, 3),
+        ..WAKE_RESENDS
+    };
+    explore(
+        &format!("WAKE_RESENDS {bounds:?}"),
+        WakeModel::new(bounds),
+        bounds.depth,
+    );
+    counterexample(
+        "ReleaseIgnoresToken (resends)",
+        WakeModel::with_defect(WAKE_RESENDS, WakeDefect::ReleaseIgnoresToken),
+        WAKE_RESENDS.depth,
+        "a release or a leave never frees another's hold",
+    );
+}
 
 /// The waits with one force-unlock (`lockwarden unlock --force`) in place
 /// of the data loss.

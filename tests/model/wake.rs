@@ -540,8 +540,25 @@ pub struct Bounds {
     pub jumps: u8,
     /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
     pub forces: u8,
+    /// An attempt given up on is re-sent in the background as a try and
+    /// what it got given back (its release naming the token), while the
+    /// wait goes on under a fresh request (`WakeOne::failed`); without,
+    /// the attempt is left to its late request and the lease.
+    pub resends: bool,
     pub depth: Option<usize>,
 }
+
+/// What the background still has to do for a client's given-up attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pending {
+    /// Re-send the attempt's request (as a try).
+    Resend { req: Req },
+    /// Give back the hold the re-send got.
+    GiveBack { token: u64 },
+}
+
+/// The request id of a client's give-back.
+const GIVE_BACK: Req = 63;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -604,6 +621,8 @@ pub struct ClientState {
     /// Its wake_next.lua calls on their way (a stopped wait's, with its
     /// request; a wake-up passed on, without): each runs later, or never.
     pub leaving: Vec<Option<Req>>,
+    /// The background's work for its given-up attempt (`Bounds::resends`).
+    pub pending: Option<Pending>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -632,6 +651,8 @@ pub struct State {
     /// count on it (until they learn, or hold a new one): exclusion is not
     /// promised to them (they learn at their next renewal).
     pub forced: u8,
+    /// Ghost: a background give-back freed a level its re-send had taken.
+    pub gave_back: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -655,6 +676,10 @@ pub enum Action {
     JumpBack,
     /// force_unlock.lua on the lock.
     ForceUnlock,
+    /// The background's next step for client `c`'s given-up attempt, or
+    /// the background's work lost (its client closed).
+    Background(usize),
+    PendingLost(usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -1036,6 +1061,43 @@ impl WakeModel {
             lost_release_not_refused: false,
             levels_disagree: false,
             leaving: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// The background's step for client `c`'s given-up attempt: its
+    /// re-send (a try), then the give-back of what it got, under a request
+    /// of its own (`GIVE_BACK`). Either changes the levels the server
+    /// counts for the client, behind its back.
+    fn background(&self, s: &mut State, c: usize) {
+        let owner = c as Owner;
+        let was = s.server.lock;
+        match s.clients[c].pending.take() {
+            Some(Pending::Resend { req }) => {
+                let a = Acquire {
+                    owner,
+                    req,
+                    attempt: 0,
+                    mode: Mode::Try,
+                    first: false,
+                };
+                match s.server.acquire(a, self.defect) {
+                    AcquireReply::Held { token, .. } | AcquireReply::Fresh(token) => {
+                        s.clients[c].pending = Some(Pending::GiveBack { token });
+                    }
+                    AcquireReply::Refused { .. } => {}
+                }
+            }
+            Some(Pending::GiveBack { token }) => {
+                let req = (c as Req) * 64 + GIVE_BACK;
+                if let ReleaseReply::Left(_) = s.server.release(owner, req, token, true, self.defect) {
+                    s.gave_back = true;
+                }
+            }
+            None => {}
+        }
+        if s.server.lock.map(|h| h.count) != was.map(|h| h.count) {
+            s.clients[c].levels_unknown = true;
         }
     }
 }
@@ -1063,6 +1125,7 @@ impl Model for WakeModel {
             jumps_left: self.bounds.jumps,
             forces_left: self.bounds.forces,
             forced: 0,
+            gave_back: false,
             cut: 0,
             set_back: 0,
             records_cut: false,
@@ -1140,6 +1203,10 @@ impl Model for WakeModel {
                 actions.push(Action::Renew(c));
                 actions.push(Action::RenewUnheard(c));
             }
+            if cl.pending.is_some() {
+                actions.push(Action::Background(c));
+                actions.push(Action::PendingLost(c));
+            }
             let mut net = Vec::new();
             cl.line.offer(now, &mut net);
             actions.extend(net.into_iter().map(|n| Action::Net(c, n)));
@@ -1212,10 +1279,13 @@ impl Model for WakeModel {
                 let call = cl.line.give_up()?;
                 match call.op {
                     // Outcome unknown: the wait goes on, listening, under a
-                    // fresh request (the library gives back in the
-                    // background what the old one got; here it is left to
-                    // its lease).
-                    Op::Attempt { .. } => {
+                    // fresh request; with `resends` the background re-sends
+                    // the old one and gives back what it got, else that is
+                    // left to the late request and the lease.
+                    Op::Attempt { req, .. } => {
+                        if self.bounds.resends && cl.pending.is_none() {
+                            cl.pending = Some(Pending::Resend { req });
+                        }
                         if let Phase::Waiting { attempt, sent, .. } = cl.phase {
                             cl.phase = Phase::Waiting {
                                 req: None,
@@ -1293,6 +1363,8 @@ impl Model for WakeModel {
                 s.data_lost = true;
                 s.server.flush();
             }
+            Action::Background(c) => self.background(&mut s, c),
+            Action::PendingLost(c) => s.clients[c].pending = None,
             Action::EvictCounter => {
                 s.faults_left -= 1;
                 s.server.counter.value = None;
@@ -1344,6 +1416,18 @@ impl Model for WakeModel {
             // forces have no jumps, so only the force-unlock reaches this).
             Property::<Self>::sometimes("a force-unlock lets a second holder in", |m, s| {
                 m.bounds.forces == 0 || (!s.data_lost && WakeModel::valid_holders(s) > 1)
+            }),
+            // With `resends`: the background's give-back frees what its
+            // re-send took, and a wait holds anew while its given-up
+            // attempt is still to be re-sent or given back.
+            Property::<Self>::sometimes("a background give-back frees what its re-send took", |m, s| {
+                !m.bounds.resends || s.gave_back
+            }),
+            Property::<Self>::sometimes("a wait holds anew with its given-up attempt behind it", |m, s| {
+                !m.bounds.resends
+                    || s.clients
+                        .iter()
+                        .any(|c| matches!(c.phase, Phase::Held { .. }) && c.pending.is_some())
             }),
         ]
     }
