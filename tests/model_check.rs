@@ -380,6 +380,20 @@ const SEM_RESENDS: FamilyBounds = FamilyBounds {
     ..GRANTS
 };
 
+/// Read-write attempts given up on re-sent in the background and given
+/// back (naming the write hold's token, or the read hold's request) while
+/// the waits go on, from where client 0's first attempt took the write or
+/// the read side and was given up on; one acquisition each.
+const RW_RESENDS: FamilyBounds = FamilyBounds {
+    faults: 0,
+    foreign: false,
+    downgrades: false,
+    resends: true,
+    acquires: 1,
+    depth: Some(10),
+    ..RW
+};
+
 fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
     // The read-write and semaphore bounds' test-command depths were cut by
     // one to pay for the semaphore's grants; their longer runs stay where
@@ -403,6 +417,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("HANDED", HANDED),
         ("THREE", THREE),
         ("SEM_RESENDS", SEM_RESENDS),
+        ("RW_RESENDS", RW_RESENDS),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;

@@ -96,9 +96,30 @@ pub struct Bounds {
 /// gives back what it got; either step may come late, or never.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pending {
-    Resend { permit: Owner, req: Req },
-    GiveBack { permit: Owner, req: Req },
+    Resend {
+        permit: Owner,
+        req: Req,
+    },
+    GiveBack {
+        permit: Owner,
+        req: Req,
+    },
+    /// A read-write side's attempt: re-sent as a try, then what it got
+    /// given back, naming the write hold's token, or the read hold's
+    /// request when the re-send made it (a level entered names none).
+    ResendRw {
+        field: Field,
+        req: Req,
+    },
+    GiveBackRw {
+        field: Field,
+        token: u64,
+        take: Option<Req>,
+    },
 }
+
+/// The request id of a client's give-back of a read-write attempt.
+const GIVE_BACK: Req = 63;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -221,6 +242,8 @@ pub struct State {
     pub unwoken: bool,
     /// A task kept its read side after giving back its write side.
     pub downgraded: bool,
+    /// With resends: a background give-back freed what its re-send took.
+    pub gave_back: bool,
     pub forces_left: u8,
     /// A force-unlock freed holds their clients still count on: exclusion
     /// is no longer promised (the holders learn it at their next renewal).
@@ -317,6 +340,7 @@ impl FamilyModel {
             woke: false,
             unwoken: false,
             downgraded: false,
+            gave_back: false,
             forces_left: self.bounds.forces,
             forced: false,
             jumps_left: self.bounds.jumps,
@@ -889,10 +913,82 @@ impl FamilyModel {
         true
     }
 
+    /// With resends, client `c`'s read-write attempt `req` for `field`
+    /// was given up on: it goes to the background, and the wait goes on
+    /// (its next attempt a new request, as every read-write attempt is).
+    fn resend_rw(&self, s: &mut State, c: usize, field: Field, req: Req) -> bool {
+        let cl = &mut s.clients[c];
+        if cl.pending.is_some() || !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+            return false;
+        }
+        cl.pending = Some(Pending::ResendRw { field, req });
+        cl.phase = Phase::Waiting { field };
+        // A failed attempt is retried after a pause of its own
+        // (`wait::Retries`), not when a message comes.
+        if let Some(l) = cl.listen.as_mut() {
+            l.woken = true;
+        }
+        true
+    }
+
+    /// The levels the server counts for `field` now.
+    fn levels(s: &State, field: Field) -> u32 {
+        match &s.server.name {
+            Name::Hash(h) => h.holds.iter().find(|x| x.field == field).map_or(0, |x| x.count),
+            _ => 0,
+        }
+    }
+
     /// The background's step for client `c`'s given-up attempt: its
     /// re-send (a try), then the give-back of what it got, naming the
     /// request.
     fn background(&self, s: &mut State, c: usize) {
+        if let Some(Pending::ResendRw { field, .. } | Pending::GiveBackRw { field, .. }) = s.clients[c].pending {
+            let was = Self::levels(s, field);
+            match s.clients[c].pending.take() {
+                Some(Pending::ResendRw { field, req }) => {
+                    let a = RwAcquire {
+                        field,
+                        req,
+                        lease: LEASE,
+                        keep: KEEP,
+                        first: false,
+                        waits: false,
+                        mark: MARK,
+                    };
+                    if let AcquireReply::Granted { token, count } = s.server.rw_acquire(a, self.defect) {
+                        s.clients[c].pending = Some(Pending::GiveBackRw {
+                            field,
+                            token,
+                            take: (count == 1).then_some(req),
+                        });
+                    }
+                }
+                Some(Pending::GiveBackRw { field, token, take }) => {
+                    let reader = matches!(field, Field::Reader(_));
+                    let r = RwRelease {
+                        field,
+                        req: (c as Req) * 64 + GIVE_BACK,
+                        token: (!reader).then_some(token),
+                        take: if reader { take } else { None },
+                        relet: 0,
+                        keep: KEEP,
+                        first: true,
+                    };
+                    if let (ReleaseReply::Left(_), sides) = s.server.rw_release_telling(r, self.defect) {
+                        s.gave_back = true;
+                        Self::tell(s, sides);
+                    }
+                }
+                _ => {}
+            }
+            if Self::levels(s, field) != was {
+                // Behind the client's back: a hold of its own it counts.
+                s.clients[c].levels_unknown = true;
+            }
+            Self::post(s);
+            return;
+        }
         match s.clients[c].pending.take() {
             Some(Pending::Resend { permit, req }) => {
                 let a = SemAcquire {
@@ -910,18 +1006,20 @@ impl FamilyModel {
             }
             Some(Pending::GiveBack { permit, req }) => {
                 let named = (self.defect != Some(Defect::GiveBackById)).then_some(req);
-                s.server.sem_release(permit, named, PERMITS, self.defect);
+                if let ReleaseReply::Left(_) = s.server.sem_release(permit, named, PERMITS, self.defect) {
+                    s.gave_back = true;
+                }
             }
-            None => {}
+            _ => {}
         }
         Self::post(s);
     }
 
-    /// Client 0 (a semaphore client) took its permits with its first
+    /// Client 0 took `field` (its permits, or a side) with its first
     /// attempt, its reply lost and given up on: the wait goes on, the
     /// attempt re-sent behind it.
-    fn given_up(&self, empty: &State) -> State {
-        let op = Op::Acquire(Field::Permit(owner_of(0, 0)), 0);
+    fn given_up(&self, empty: &State, field: Field) -> State {
+        let op = Op::Acquire(field, 0);
         [
             Action::Start(0, op),
             Action::Net(0, Net::Run),
@@ -948,7 +1046,14 @@ impl Model for FamilyModel {
     fn init_states(&self) -> Vec<State> {
         let empty = self.empty();
         if self.bounds.resends {
-            return vec![self.given_up(&empty)];
+            let o = owner_of(0, 0);
+            return match self.bounds.roles[0] {
+                Role::Rw => vec![
+                    self.given_up(&empty, Field::Writer(o)),
+                    self.given_up(&empty, Field::Reader(o)),
+                ],
+                Role::Semaphore { .. } => vec![self.given_up(&empty, Field::Permit(o))],
+            };
         }
         if self.bounds.grants && self.bounds.handed {
             return vec![self.handed(&empty)];
@@ -1142,6 +1247,11 @@ impl Model for FamilyModel {
                         return Some(self.finish(s));
                     }
                 }
+                if let (Op::Acquire(field, _), true) = (call.op, self.bounds.resends) {
+                    if !matches!(field, Field::Permit(_)) && self.resend_rw(&mut s, c, field, call.req) {
+                        return Some(self.finish(s));
+                    }
+                }
                 let cl = &mut s.clients[c];
                 match (call.op, cl.phase) {
                     (Op::Acquire(..), Phase::Idle | Phase::Waiting { .. }) => cl.phase = Phase::Idle,
@@ -1303,6 +1413,9 @@ impl Model for FamilyModel {
             Property::<Self>::always("no wake-up is lost", |m, s| m.someone_told(s)),
             Property::<Self>::sometimes("a writing task keeps its read side after its write side", |m, s| {
                 !m.bounds.downgrades || s.downgraded
+            }),
+            Property::<Self>::sometimes("a background give-back frees what its re-send took", |m, s| {
+                !m.bounds.resends || s.gave_back
             }),
             Property::<Self>::sometimes("a waiter is woken by a message", |m, s| {
                 !(m.bounds.wakes || m.bounds.grants) || s.woke
