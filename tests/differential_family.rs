@@ -55,6 +55,12 @@ const SEM_RELEASE: &str = concat!(
     include_str!("../lua/shared_permits.lua"),
     include_str!("../lua/sem_release.lua")
 );
+/// force_unlock.lua, as `src/protocol/mod.rs` puts it together.
+const FORCE_UNLOCK: &str = concat!(
+    include_str!("../lua/shared.lua"),
+    include_str!("../lua/shared_wake.lua"),
+    include_str!("../lua/force_unlock.lua")
+);
 const SEM_LEAVE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
@@ -173,6 +179,9 @@ enum Step {
     EvictCounter,
     WriteForeign,
     SetNumber(u32),
+    /// force_unlock.lua through a plain handle (`None`) or a read-write
+    /// side's (`Some(read)`).
+    Force(Option<bool>),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -194,6 +203,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::EvictCounter),
         1 => Just(Step::WriteForeign),
         1 => (0..4u32).prop_map(Step::SetNumber),
+        1 => prop::option::of(any::<bool>()).prop_map(Step::Force),
     ]
 }
 
@@ -211,6 +221,7 @@ fn rw_step() -> impl Strategy<Value = Step> {
         1 => (0..8usize).prop_map(Step::HoldEnds),
         1 => (0..4usize).prop_map(Step::MarkEnds),
         1 => Just(Step::Flush),
+        1 => prop::option::of(any::<bool>()).prop_map(Step::Force),
     ]
 }
 
@@ -695,6 +706,46 @@ impl Run<'_> {
                 self.model.set_number(n);
                 self.redis.cmd(&["SET", NUMBER, &n.to_string()]);
             }
+            Step::Force(side) => {
+                diff::messages(self.sides);
+                let want = match (side, &self.model.name) {
+                    (None, Name::Foreign | Name::Stray) => Err(ReleaseReply::WrongType),
+                    (None, _) => Ok(self.model.force_unlock(None)),
+                    (Some(read), _) => self.model.force_unlock_side(read, None),
+                };
+                let side_arg = match side {
+                    None => "",
+                    Some(true) => "read",
+                    Some(false) => "write",
+                };
+                let got = self.redis.cmd(&[
+                    "EVAL",
+                    FORCE_UNLOCK,
+                    "6",
+                    LOCK,
+                    CHANNEL,
+                    "{fam}:queue",
+                    ASKS,
+                    WAITERS,
+                    WRITERS,
+                    "0",
+                    WAKE_PREFIX,
+                    "PUBLISH",
+                    side_arg,
+                ]);
+                let ok = match (want, &got) {
+                    (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
+                    (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE"),
+                    (Err(ReleaseReply::WrongKind), Reply::Err(e)) => e.starts_with("WRONGKIND"),
+                    _ => false,
+                };
+                prop_assert!(
+                    ok,
+                    "force-unlock {side:?}: the model answers {want:?}, the server {got:?}"
+                );
+                self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
+                self.check_messages()?;
+            }
         }
         self.check_keys()
     }
@@ -891,6 +942,7 @@ async fn the_scripts_tested_are_the_ones_the_library_loads() {
         SEM_RELEASE,
         SEM_LEAVE,
         RENEW,
+        FORCE_UNLOCK,
     ])
     .await;
 }

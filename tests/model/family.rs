@@ -285,6 +285,9 @@ pub enum Action {
     LoseLeave(usize),
     /// force_unlock.lua through a plain lock handle.
     ForceUnlock,
+    /// force_unlock.lua through a read-write side's handle (read: the read
+    /// side's), on a read-write lock.
+    ForceSide(bool),
     /// The background's next step for client `c`'s given-up attempt (its
     /// re-send, or its give-back), or its loss.
     PendingRuns(usize),
@@ -1179,6 +1182,10 @@ impl Model for FamilyModel {
         }
         if s.forces_left > 0 && matches!(s.server.name, Name::Hash(_)) {
             actions.push(Action::ForceUnlock);
+            if matches!(&s.server.name, Name::Hash(h) if h.kind == Kind::Rw) {
+                actions.push(Action::ForceSide(true));
+                actions.push(Action::ForceSide(false));
+            }
         }
         let dated = matches!(s.server.name, Name::Hash(_)) || !s.server.records.is_empty();
         if s.jumps_left > 0 && dated {
@@ -1332,6 +1339,14 @@ impl Model for FamilyModel {
                 let (deleted, sides) = s.server.force_unlock(self.defect);
                 s.forced |= deleted;
                 Self::tell(&mut s, sides);
+                Self::post(&mut s);
+            }
+            Action::ForceSide(read) => {
+                s.forces_left -= 1;
+                if let Ok((deleted, sides)) = s.server.force_unlock_side(read, self.defect) {
+                    s.forced |= deleted;
+                    Self::tell(&mut s, sides);
+                }
                 Self::post(&mut s);
             }
             Action::SetNumber(n) => {

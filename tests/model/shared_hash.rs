@@ -112,6 +112,9 @@ pub enum ReleaseReply {
     Left(u32),
     NotHeld,
     WrongType,
+    /// "WRONGKIND <kind>": the name is another kind's (a side's
+    /// force-unlock of a semaphore's hash).
+    WrongKind,
 }
 
 /// What a write release names.
@@ -1023,8 +1026,45 @@ impl Server {
                     self.waiting.told.push((client, Told::Wake));
                 }
             }
+        } else {
+            // wake_next once, as for a reentrant lock: the name's waiters
+            // list (one another kind left on the name) has its first
+            // client still listening told.
+            while !self.waiting.list.is_empty() {
+                let client = self.waiting.list.remove(0);
+                if self.waiting.subscribed.contains(&client) {
+                    self.waiting.told.push((client, Told::Wake));
+                    break;
+                }
+            }
         }
         (true, sides)
+    }
+
+    /// force_unlock.lua through a read-write side's handle (ARGV[4] "read"
+    /// or "write"): the hash is deleted (as `force_unlock`) only while
+    /// that side holds it: a writer's field for the write side, readers'
+    /// fields and no writer's for the read side (any owner field still in
+    /// the hash counts, its deadline passed or not: the script does not
+    /// prune). `Err` for another kind's hash (WRONGKIND, nothing changes)
+    /// or a foreign key (WRONGTYPE).
+    pub fn force_unlock_side(&mut self, read: bool, defect: Option<Defect>) -> Result<(bool, Sides), ReleaseReply> {
+        let h = match &self.name {
+            Name::Absent => return Ok((false, Sides::default())),
+            Name::Foreign | Name::Stray => return Err(ReleaseReply::WrongType),
+            Name::Hash(h) => h,
+        };
+        if h.kind != Kind::Rw {
+            return Err(ReleaseReply::WrongKind);
+        }
+        let writer = h.holds.iter().any(|x| matches!(x.field, Field::Writer(_)));
+        let readers = h.holds.iter().any(|x| matches!(x.field, Field::Reader(_)));
+        let held = if read { readers && !writer } else { writer };
+        if !held {
+            self.waiting.told.clear();
+            return Ok((false, Sides::default()));
+        }
+        Ok(self.force_unlock(defect))
     }
 
     /// The number of permits in force: the stored one, else the handle's.
