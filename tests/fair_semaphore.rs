@@ -290,11 +290,9 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_a_pe
         let proxy = Proxy::start(server.port).await;
         let holder = client(&server.url(), LONG).await;
         let first = holder.fair_semaphore("late", 1).unwrap().acquire().await.unwrap();
-        // Refreshes (attempts) every two seconds: the grant below (400 ms)
-        // lapses long before the next one, even on a loaded machine (with
-        // a refresh inside the grant's lease the waiter rightly takes it).
+        // Refreshes (attempts) every second.
         let w = Client::builder(&proxy.url())
-            .fair_waiter_timeout(Duration::from_secs(6))
+            .fair_waiter_timeout(Duration::from_secs(3))
             .build()
             .await
             .unwrap();
@@ -308,10 +306,10 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_a_pe
             (Instant::now(), p)
         });
         assert!(eventually(Duration::from_secs(5), || queue_len(&server, "late") == 1).await);
-        // Right after one of the waiter's refreshes (the next is two seconds
+        // Right after one of the waiter's refreshes (the next is a second
         // away), the release grants it the permit, for 400 ms.
         let calls = server.command_calls("evalsha");
-        assert!(eventually(Duration::from_secs(5), || server.command_calls("evalsha") > calls).await);
+        assert!(eventually(Duration::from_secs(3), || server.command_calls("evalsha") > calls).await);
         proxy.hold_messages();
         first.release().await.unwrap();
         assert_eq!(queue_len(&server, "late"), 0, "granted");
@@ -331,7 +329,7 @@ async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_a_pe
             .expect("free once the grant is gone");
         // The waiter's next refresh is refused (it queues again); the old
         // message comes right after.
-        assert!(eventually(Duration::from_secs(5), || queue_len(&server, "late") == 1).await);
+        assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late") == 1).await);
         proxy.pass_messages();
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(
