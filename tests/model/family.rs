@@ -524,14 +524,19 @@ impl FamilyModel {
                     // A fresh hold (a re-entry whose hold was gone takes a
                     // new one: count 1), or a first acquisition that
                     // entered the same task's hold a take it gave up on
-                    // made (its levels then count that one too; that hold's
-                    // identity is not this request, and the library then
-                    // names none: `Grant::take`).
+                    // made (that hold's identity is not this request, and
+                    // the library then names none: `Grant::take`). The
+                    // client counts its own guards, not the server's
+                    // levels (`Holds::leave`): one here; a level it entered
+                    // is the give-back's or the lease's to end.
+                    if count > 1 {
+                        cl.levels_unknown = true;
+                    }
                     cl.phase = Phase::Held {
                         field,
                         token,
                         take: (count == 1).then_some(call.req),
-                        count,
+                        count: 1,
                         valid_until: call.since + LEASE,
                     };
                     s.have_held |= 1 << c;
@@ -570,7 +575,8 @@ impl FamilyModel {
                     count,
                     valid_until,
                 } => match r {
-                    ReleaseReply::Left(n) if n > 0 => {
+                    // Guards left: the client still holds.
+                    ReleaseReply::Left(n) if count > 1 => {
                         if n + 1 != count && !cl.levels_unknown {
                             cl.levels_disagree = true;
                         }
@@ -578,12 +584,14 @@ impl FamilyModel {
                             field,
                             token,
                             take,
-                            count: n,
+                            count: count - 1,
                             valid_until,
                         };
                     }
-                    ReleaseReply::Left(_) => {
-                        if count != 1 && !cl.levels_unknown {
+                    // Its last guard: levels the server still counts are
+                    // not the client's (unless its count went wrong).
+                    ReleaseReply::Left(n) => {
+                        if n != 0 && !cl.levels_unknown {
                             cl.levels_disagree = true;
                         }
                         cl.phase = Phase::Idle;
