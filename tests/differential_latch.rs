@@ -79,7 +79,19 @@ impl Run<'_> {
             Op::Set(n) => ("set", n),
             Op::Down => ("down", 0),
         };
-        let got = self.redis.cmd(&[
+        let got = self.eval(what, n, req, first);
+        self.map.learn(self.model.counter.value, self.redis, COUNTER)?;
+        if let LatchReply::Set { ok: true, gen } = want {
+            self.map.handed_out(gen);
+        }
+        let want = self.reply(want)?;
+        prop_assert_eq!(got, Reply::Array(want), "{:?}", op);
+        Ok(())
+    }
+
+    /// `latch.lua`'s call `what` (with the count `n`) as request `req`.
+    fn eval(&mut self, what: &str, n: u8, req: u32, first: bool) -> Reply {
+        self.redis.cmd(&[
             "EVAL",
             LATCH,
             "3",
@@ -92,14 +104,7 @@ impl Run<'_> {
             "PUBLISH",
             &KEEP.to_string(),
             if first { "1" } else { "0" },
-        ]);
-        self.map.learn(self.model.counter.value, self.redis, COUNTER)?;
-        if let LatchReply::Set { ok: true, gen } = want {
-            self.map.handed_out(gen);
-        }
-        let want = self.reply(want)?;
-        prop_assert_eq!(got, Reply::Array(want), "{:?}", op);
-        Ok(())
+        ])
     }
 
     /// The script's reply for the model's, in real generations.
@@ -123,20 +128,7 @@ impl Run<'_> {
                 self.call(Op::Down, req, new && !resent)?;
             }
             Step::Read => {
-                let got = self.redis.cmd(&[
-                    "EVAL",
-                    LATCH,
-                    "3",
-                    KEY,
-                    COUNTER,
-                    &record(0),
-                    "read",
-                    "0",
-                    CHANNEL,
-                    "PUBLISH",
-                    &KEEP.to_string(),
-                    "1",
-                ]);
+                let got = self.eval("read", 0, 0, true);
                 let want = match self.model.read() {
                     Read::Absent => vec![Reply::Int(-1)],
                     Read::Counting(l) => vec![
