@@ -857,71 +857,81 @@ async fn a_grant_that_expired_before_its_claim_is_not_taken_from_its_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_the_lock() {
-    bounded(Duration::from_secs(30), async {
-        // An unlock grants the lock to the waiter, whose message is held
-        // up on the way (its subscriber connection lags). The grant's
-        // lease runs out, another client takes the lock, and the waiter's
-        // next attempt is refused; then the message arrives. It is older
-        // than that attempt, and must not make the waiter a second holder.
-        let server = RedisServer::start();
-        let proxy = Proxy::start(server.port).await;
-        let holder = fair_client(&server.url(), Duration::from_secs(5)).await;
-        // Refreshes (attempts) every second.
-        let waiting = fair_client(&proxy.url(), Duration::from_secs(3)).await;
-        let first = holder.fair_lock("late-grant").unwrap().lock().await.unwrap();
-        let lock = waiting.fair_lock("late-grant").unwrap();
-        let waiter = tokio::spawn(async move {
-            let g = lock
-                .try_lock(Duration::from_secs(20), Duration::from_millis(400))
-                .await
-                .unwrap()
-                .expect("granted in the end");
-            (Instant::now(), g)
-        });
-        assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late-grant") == 1).await);
-        assert!(
-            eventually(Duration::from_secs(3), || wake_channels(&server, "late-grant").len()
-                == 1)
-            .await
-        );
-        // Right after one of the waiter's refreshes (the next is a second
-        // away), the unlock grants the lock to it, for 400 ms.
-        let calls = server.command_calls("evalsha");
-        assert!(eventually(Duration::from_secs(3), || server.command_calls("evalsha") > calls).await);
-        proxy.hold_messages();
-        first.unlock().await.unwrap();
-        assert_eq!(queue_len(&server, "late-grant"), 0, "granted");
-        assert!(
-            eventually(Duration::from_secs(2), || server
-                .cmd(&["EXISTS", "late-grant"])
-                .as_int()
-                == Some(0))
-            .await,
-            "the grant's lease ran out"
-        );
-        let other = fair_client(&server.url(), Duration::from_secs(5)).await;
-        let held = other
-            .fair_lock("late-grant")
-            .unwrap()
-            .try_lock(Duration::ZERO, LONG)
-            .await
-            .unwrap()
-            .expect("free after the grant ran out");
-        // The waiter's next attempt is refused (it queues again); the old
-        // message comes right after.
-        assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late-grant") == 1).await);
-        proxy.pass_messages();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(
-            !waiter.is_finished(),
-            "the waiter took the late message for the lock while another held it"
-        );
-        let released = Instant::now();
-        held.unlock().await.unwrap();
-        let (got, g) = waiter.await.unwrap();
-        assert!(got >= released);
-        g.unlock().await.unwrap();
-        assert_queue_empty(&server, "late-grant");
-    })
+    bounded(
+        Duration::from_secs(150),
+        until_premise_holds(3, |_| late_grant_message()),
+    )
     .await
+}
+
+/// One play of the test above; `None` when the waiter's own attempt took the
+/// grant before it lapsed, or the lock once it had (a loaded machine).
+async fn late_grant_message() -> Option<()> {
+    // An unlock grants the lock to the waiter, whose message is held
+    // up on the way (its subscriber connection lags). The grant's
+    // lease runs out, another client takes the lock, and the waiter's
+    // next attempt is refused; then the message arrives. It is older
+    // than that attempt, and must not make the waiter a second holder.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let holder = fair_client(&server.url(), Duration::from_secs(5)).await;
+    // Refreshes (attempts) every second.
+    let waiting = fair_client(&proxy.url(), Duration::from_secs(3)).await;
+    let first = holder.fair_lock("late-grant").unwrap().lock().await.unwrap();
+    let lock = waiting.fair_lock("late-grant").unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = lock
+            .try_lock(Duration::from_secs(20), Duration::from_millis(400))
+            .await
+            .unwrap()
+            .expect("granted in the end");
+        (Instant::now(), g)
+    });
+    assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late-grant") == 1).await);
+    assert!(
+        eventually(Duration::from_secs(3), || wake_channels(&server, "late-grant").len()
+            == 1)
+        .await
+    );
+    // Right after one of the waiter's refreshes (the next is a second
+    // away), the unlock grants the lock to it, for 400 ms.
+    let calls = server.command_calls("evalsha");
+    assert!(eventually(Duration::from_secs(3), || server.command_calls("evalsha") > calls).await);
+    proxy.hold_messages();
+    first.unlock().await.unwrap();
+    assert_eq!(queue_len(&server, "late-grant"), 0, "granted");
+    assert!(
+        eventually(Duration::from_secs(2), || server
+            .cmd(&["EXISTS", "late-grant"])
+            .as_int()
+            == Some(0))
+        .await,
+        "the grant's lease ran out"
+    );
+    if waiter.is_finished() {
+        return None; // its own attempt came within the grant's lease and took it
+    }
+    let other = fair_client(&server.url(), Duration::from_secs(5)).await;
+    let held = other
+        .fair_lock("late-grant")
+        .unwrap()
+        .try_lock(Duration::ZERO, LONG)
+        .await
+        .unwrap()?; // else its own attempt came between the lapse and this
+                    // The waiter's next attempt is refused (it queues again); the old
+                    // message comes right after.
+    assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late-grant") == 1).await);
+    proxy.pass_messages();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took the late message for the lock while another held it"
+    );
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let (got, g) = waiter.await.unwrap();
+    assert!(got >= released);
+    g.unlock().await.unwrap();
+    assert_queue_empty(&server, "late-grant");
+    Some(())
 }

@@ -749,72 +749,82 @@ async fn a_grant_nobody_hears_goes_to_the_next_client() {
 /// a second permit of one (the model checker's `ClaimIgnoresAttempt`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_a_permit() {
-    bounded(Duration::from_secs(60), async {
-        let server = RedisServer::start();
-        let proxy = Proxy::start(server.port).await;
-        let holder = client(&server.url(), LONG).await;
-        let held = holder.semaphore("late", 1).unwrap().acquire().await.unwrap();
-        // Looks every 2 s; the grant's first lease is its lease, 400 ms:
-        // it lapses long before the waiter's next look.
-        let c = lockwarden::Client::builder(&proxy.url())
-            .watchdog_lease(LONG)
-            .wake_patience(Duration::from_secs(2))
-            .build()
-            .await
-            .unwrap();
-        let sem = c.semaphore("late", 1).unwrap();
-        let waiter = tokio::spawn(async move {
-            let p = sem
-                .try_acquire(Duration::from_secs(20), Duration::from_millis(400))
-                .await
-                .unwrap()
-                .expect("handed a permit in the end");
-            (Instant::now(), p)
-        });
-        let listed = || {
-            server
-                .cmd(&["LLEN", "lockwarden:{late}:waiters"])
-                .as_int()
-                .unwrap_or(-1)
-        };
-        assert!(eventually(Duration::from_secs(5), || listed() == 1).await);
-        // Right after one of the waiter's looks (the next is 2 s away), the
-        // release hands it the permit.
-        let calls = server.command_calls("evalsha");
-        assert!(eventually(Duration::from_secs(3), || server.command_calls("evalsha") > calls).await);
-        proxy.hold_messages();
-        held.release().await.unwrap();
-        assert_eq!(listed(), 0, "handed over");
-        assert!(
-            eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "late"]).as_int()
-                == Some(0))
-            .await,
-            "the grant's first lease ran out"
-        );
-        let other = client(&server.url(), LONG).await;
-        let taken = other
-            .semaphore("late", 1)
-            .unwrap()
-            .try_acquire(Duration::ZERO, LONG)
-            .await
-            .unwrap()
-            .expect("free once the grant is gone");
-        // The waiter's next look is refused (its client listed again); the
-        // old message comes right after.
-        assert!(eventually(Duration::from_secs(3), || listed() == 1).await);
-        proxy.pass_messages();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(
-            !waiter.is_finished(),
-            "the waiter took the late message for a permit while another held the only one"
-        );
-        let released = Instant::now();
-        taken.release().await.unwrap();
-        let (got, p) = waiter.await.unwrap();
-        assert!(got >= released);
-        p.release().await.unwrap();
-    })
+    bounded(
+        Duration::from_secs(150),
+        until_premise_holds(3, |_| late_grant_message()),
+    )
     .await
+}
+
+/// One play of the test above; `None` when the waiter's own look took the grant
+/// before it lapsed, or the permit once it had (a loaded machine).
+async fn late_grant_message() -> Option<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let holder = client(&server.url(), LONG).await;
+    let held = holder.semaphore("late", 1).unwrap().acquire().await.unwrap();
+    // Looks every 2 s; the grant's first lease is its lease, 400 ms:
+    // it lapses long before the waiter's next look.
+    let c = lockwarden::Client::builder(&proxy.url())
+        .watchdog_lease(LONG)
+        .wake_patience(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let sem = c.semaphore("late", 1).unwrap();
+    let waiter = tokio::spawn(async move {
+        let p = sem
+            .try_acquire(Duration::from_secs(20), Duration::from_millis(400))
+            .await
+            .unwrap()
+            .expect("handed a permit in the end");
+        (Instant::now(), p)
+    });
+    let listed = || {
+        server
+            .cmd(&["LLEN", "lockwarden:{late}:waiters"])
+            .as_int()
+            .unwrap_or(-1)
+    };
+    assert!(eventually(Duration::from_secs(5), || listed() == 1).await);
+    // Right after one of the waiter's looks (the next is 2 s away), the
+    // release hands it the permit.
+    let calls = server.command_calls("evalsha");
+    assert!(eventually(Duration::from_secs(3), || server.command_calls("evalsha") > calls).await);
+    proxy.hold_messages();
+    held.release().await.unwrap();
+    assert_eq!(listed(), 0, "handed over");
+    assert!(
+        eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "late"]).as_int()
+            == Some(0))
+        .await,
+        "the grant's first lease ran out"
+    );
+    if waiter.is_finished() {
+        return None; // its own attempt came within the grant's lease and took it
+    }
+    let other = client(&server.url(), LONG).await;
+    let taken = other
+        .semaphore("late", 1)
+        .unwrap()
+        .try_acquire(Duration::ZERO, LONG)
+        .await
+        .unwrap()?; // else its own attempt came between the lapse and this
+                    // The waiter's next look is refused (its client listed again); the
+                    // old message comes right after.
+    assert!(eventually(Duration::from_secs(3), || listed() == 1).await);
+    proxy.pass_messages();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took the late message for a permit while another held the only one"
+    );
+    let released = Instant::now();
+    taken.release().await.unwrap();
+    let (got, p) = waiter.await.unwrap();
+    assert!(got >= released);
+    p.release().await.unwrap();
+    Some(())
 }
 
 /// A release names the request that took its permits: a hold of the same

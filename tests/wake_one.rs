@@ -611,67 +611,75 @@ async fn a_grant_whose_lease_ran_out_before_its_claim_is_not_taken() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_message_that_comes_after_the_grant_lapsed_is_not_taken_for_the_lock() {
-    bounded(Duration::from_secs(60), async {
-        // An unlock hands the lock to the waiting client, whose message is
-        // held up on the way (its subscriber connection lags). The grant's
-        // first lease runs out, another client takes the lock, and the
-        // waiter's next look is refused; then the message arrives. It is
-        // older than that look, and must not make the waiter a second
-        // holder.
-        let server = RedisServer::start();
-        let proxy = Proxy::start(server.port).await;
-        let holder = client(&server.url(), LONG).await;
-        let held = holder.lock("late").unwrap().lock().await.unwrap();
-        // Looks every 2 s; grants' first lease 400 ms (its lease): the
-        // grant lapses long before the waiter's next look, which then finds
-        // the lock taken by another (with looks 1 s apart, a slow machine
-        // let the next look come while the grant still stood, and take it).
-        let c = waiting_client(&proxy.url(), Duration::from_secs(2), Duration::from_secs(5)).await;
-        let lock = c.lock("late").unwrap();
-        let waiter = tokio::spawn(async move {
-            let g = lock
-                .try_lock(Duration::from_secs(20), Duration::from_millis(400))
-                .await
-                .unwrap()
-                .expect("handed the lock in the end");
-            (Instant::now(), g)
-        });
-        assert!(eventually(Duration::from_secs(5), || listed(&server, "late") == 1).await);
-        // Right after one of the waiter's looks (the next is 2 s away),
-        // the unlock hands it the lock.
-        let before = attempts(&server);
-        assert!(eventually(Duration::from_secs(3), || attempts(&server) > before).await);
-        proxy.hold_messages();
-        held.unlock().await.unwrap();
-        assert_eq!(listed(&server, "late"), 0, "handed over");
-        assert!(
-            eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "late"]).as_int()
-                == Some(0))
-            .await,
-            "the grant's first lease ran out"
-        );
-        let other = client(&server.url(), LONG).await;
-        let again = other
-            .lock("late")
-            .unwrap()
-            .try_lock(Duration::ZERO, LONG)
+    bounded(
+        Duration::from_secs(150),
+        until_premise_holds(3, |_| late_grant_message()),
+    )
+    .await
+}
+
+/// One play of the test above; `None` when the waiter's own look took the
+/// grant before it lapsed, or the lock once it had (a loaded machine).
+async fn late_grant_message() -> Option<()> {
+    // An unlock hands the lock to the waiting client, whose message is
+    // held up on the way (its subscriber connection lags). The grant's
+    // first lease runs out, another client takes the lock, and the
+    // waiter's next look is refused; then the message arrives. It is older
+    // than that look, and must not make the waiter a second holder.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let holder = client(&server.url(), LONG).await;
+    let held = holder.lock("late").unwrap().lock().await.unwrap();
+    // Looks every 2 s; grants' first lease 400 ms (its lease): the grant
+    // lapses long before the waiter's next look, which then finds the lock
+    // taken by another.
+    let c = waiting_client(&proxy.url(), Duration::from_secs(2), Duration::from_secs(5)).await;
+    let lock = c.lock("late").unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = lock
+            .try_lock(Duration::from_secs(20), Duration::from_millis(400))
             .await
             .unwrap()
-            .expect("free once the grant is gone");
-        // The waiter's next look is refused (its client is listed again);
-        // the old message comes right after.
-        assert!(eventually(Duration::from_secs(3), || listed(&server, "late") == 1).await);
-        proxy.pass_messages();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(
-            !waiter.is_finished(),
-            "the waiter took the late message for the lock while another held it"
-        );
-        let released = Instant::now();
-        again.unlock().await.unwrap();
-        let (got, g) = waiter.await.unwrap();
-        assert!(got >= released);
-        g.unlock().await.unwrap();
-    })
-    .await
+            .expect("handed the lock in the end");
+        (Instant::now(), g)
+    });
+    assert!(eventually(Duration::from_secs(5), || listed(&server, "late") == 1).await);
+    // Right after one of the waiter's looks (the next is 2 s away), the
+    // unlock hands it the lock.
+    let before = attempts(&server);
+    assert!(eventually(Duration::from_secs(3), || attempts(&server) > before).await);
+    proxy.hold_messages();
+    held.unlock().await.unwrap();
+    assert_eq!(listed(&server, "late"), 0, "handed over");
+    assert!(
+        eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "late"]).as_int()
+            == Some(0))
+        .await,
+        "the grant's first lease ran out"
+    );
+    if waiter.is_finished() {
+        return None; // a look came within the grant's lease and took it
+    }
+    let other = client(&server.url(), LONG).await;
+    let again = other
+        .lock("late")
+        .unwrap()
+        .try_lock(Duration::ZERO, LONG)
+        .await
+        .unwrap()?; // else a look came between the lapse and this
+                    // The waiter's next look is refused (its client is listed again); the
+                    // old message comes right after.
+    assert!(eventually(Duration::from_secs(3), || listed(&server, "late") == 1).await);
+    proxy.pass_messages();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took the late message for the lock while another held it"
+    );
+    let released = Instant::now();
+    again.unlock().await.unwrap();
+    let (got, g) = waiter.await.unwrap();
+    assert!(got >= released);
+    g.unlock().await.unwrap();
+    Some(())
 }

@@ -683,6 +683,25 @@ pub struct Proxy {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The name of every command that turns a connection into a subscriber
+/// one, as a command's first bulk string (so a script's text that says
+/// "subscribe", in a SCRIPT LOAD on a command connection, is not taken for
+/// it: that connection's replies must pass while messages are held).
+const SUBSCRIBE_NAMES: [&[u8]; 3] = [
+    b"$9\r\nSUBSCRIBE\r\n",
+    b"$10\r\nSSUBSCRIBE\r\n",
+    b"$10\r\nPSUBSCRIBE\r\n",
+];
+/// The longest of them, in bytes.
+const SUBSCRIBE_NAMES_MAX: usize = 17;
+
+/// Whether `bytes`, sent by a client, hold a subscribe command.
+fn sends_subscribe(bytes: &[u8]) -> bool {
+    SUBSCRIBE_NAMES
+        .iter()
+        .any(|name| bytes.windows(name.len()).any(|w| w.eq_ignore_ascii_case(name)))
+}
+
 impl Proxy {
     pub async fn start(target: u16) -> Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -713,6 +732,9 @@ impl Proxy {
                     let mut a = vec![0u8; 64 * 1024];
                     let mut b = vec![0u8; 64 * 1024];
                     let mut subscriber = false;
+                    // The last bytes of the previous read: a command
+                    // name split across two reads is still seen.
+                    let mut tail: Vec<u8> = Vec::new();
                     loop {
                         tokio::select! {
                             n = cr.read(&mut a) => match n {
@@ -721,7 +743,9 @@ impl Proxy {
                                     while st.load(Ordering::SeqCst) {
                                         tokio::time::sleep(Duration::from_millis(5)).await;
                                     }
-                                    subscriber |= a[..n].windows(9).any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"));
+                                    tail.extend_from_slice(&a[..n]);
+                                    subscriber |= sends_subscribe(&tail);
+                                    tail.drain(..tail.len().saturating_sub(SUBSCRIBE_NAMES_MAX - 1));
                                     if sw.write_all(&a[..n]).await.is_err() { return }
                                     fw.fetch_add(n as u64, Ordering::SeqCst);
                                 }
@@ -836,6 +860,27 @@ pub async fn bounded<F: std::future::Future>(limit: Duration, f: F) -> F::Output
     tokio::time::timeout(limit, f)
         .await
         .expect("test exceeded its time bound")
+}
+
+/// Runs `scenario` (given its round, from 0) up to `tries` times, until a
+/// run finds the timing its setup rests on (it returns `Some`). For tests
+/// whose setup needs a client's own timer to fire no sooner than planned,
+/// which a loaded machine can miss: a run that sees it missed returns
+/// `None` and the scenario is played again afresh. Every assertion inside
+/// a run holds whether or not its premise did; a run that met its premise
+/// and broke the promise it checks fails as always.
+pub async fn until_premise_holds<F, Fut>(tries: u32, mut scenario: F)
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    for round in 0..tries {
+        if scenario(round).await.is_some() {
+            return;
+        }
+        eprintln!("round {round}: the setup's timing was missed; played again");
+    }
+    panic!("the setup's timing was missed in all {tries} rounds");
 }
 
 /// How long the test clients' waits for a reentrant lock sleep between
