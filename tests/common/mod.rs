@@ -695,11 +695,18 @@ const SUBSCRIBE_NAMES: [&[u8]; 3] = [
 /// The longest of them, in bytes.
 const SUBSCRIBE_NAMES_MAX: usize = 17;
 
-/// Whether `bytes`, sent by a client, hold a subscribe command.
+/// Whether `bytes`, sent by a client, hold a subscribe command. Only the
+/// bulk string headers (`$`) are looked at: the proxy reads every byte
+/// the clients send, scripts included, and must not slow them down.
 fn sends_subscribe(bytes: &[u8]) -> bool {
-    SUBSCRIBE_NAMES
-        .iter()
-        .any(|name| bytes.windows(name.len()).any(|w| w.eq_ignore_ascii_case(name)))
+    bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'$'
+            && SUBSCRIBE_NAMES.iter().any(|name| {
+                bytes[i..]
+                    .get(..name.len())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(name))
+            })
+    })
 }
 
 impl Proxy {
@@ -743,9 +750,11 @@ impl Proxy {
                                     while st.load(Ordering::SeqCst) {
                                         tokio::time::sleep(Duration::from_millis(5)).await;
                                     }
-                                    tail.extend_from_slice(&a[..n]);
-                                    subscriber |= sends_subscribe(&tail);
-                                    tail.drain(..tail.len().saturating_sub(SUBSCRIBE_NAMES_MAX - 1));
+                                    if !subscriber {
+                                        tail.extend_from_slice(&a[..n]);
+                                        subscriber = sends_subscribe(&tail);
+                                        tail.drain(..tail.len().saturating_sub(SUBSCRIBE_NAMES_MAX - 1));
+                                    }
                                     if sw.write_all(&a[..n]).await.is_err() { return }
                                     fw.fetch_add(n as u64, Ordering::SeqCst);
                                 }
