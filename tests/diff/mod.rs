@@ -215,6 +215,7 @@ pub fn hash_fields(redis: &mut Resp, key: &str) -> Vec<(String, String)> {
 }
 
 /// The server has exactly the keys `want`.
+#[allow(dead_code)]
 pub fn check_key_set(redis: &mut Resp, mut want: Vec<String>) -> Result<(), TestCaseError> {
     want.sort();
     let mut keys = redis.cmd(&["KEYS", "*"]).strings();
@@ -225,11 +226,13 @@ pub fn check_key_set(redis: &mut Resp, mut want: Vec<String>) -> Result<(), Test
 
 /// Which request a call is: a new one, or one sent before (a re-send).
 #[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
 pub enum Which {
     New,
     Again(usize),
 }
 
+#[allow(dead_code)]
 pub fn which() -> impl Strategy<Value = Which> {
     prop_oneof![3 => Just(Which::New), 2 => (0..8usize).prop_map(Which::Again)]
 }
@@ -237,6 +240,7 @@ pub fn which() -> impl Strategy<Value = Which> {
 /// The requests made so far: id, call ("acquire", "release", ...) and who
 /// made it (`K`: an owner, a field); a re-send is of one of the same call
 /// and maker.
+#[allow(dead_code)]
 pub struct Requests<K> {
     made: Vec<(u32, &'static str, K)>,
 }
@@ -247,6 +251,7 @@ impl<K> Default for Requests<K> {
     }
 }
 
+#[allow(dead_code)]
 impl<K: PartialEq + Copy> Requests<K> {
     /// The ids of `call`s `by` made so far, oldest first.
     pub fn of(&self, call: &str, by: K) -> Vec<u32> {

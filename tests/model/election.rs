@@ -96,7 +96,7 @@ pub struct Server {
 impl Server {
     /// The reentrant lock's acquire for a campaign's owner (its own hold
     /// is found again: a re-sent or next attempt of the campaign).
-    fn acquire(&mut self, owner: Owner, defect: Option<Defect>) -> Reply {
+    pub fn acquire(&mut self, owner: Owner, defect: Option<Defect>) -> Reply {
         match self.lock.as_mut() {
             // Entered again: the lease is set anew, as a re-entry does.
             Some(h) if h.owner == owner => {
@@ -118,7 +118,7 @@ impl Server {
     }
 
     /// `elect_proclaim.lua`: the owner's hold, under the term given.
-    fn proclaim(&mut self, owner: Owner, term: u64, defect: Option<Defect>) -> Reply {
+    pub fn proclaim(&mut self, owner: Owner, term: u64, defect: Option<Defect>) -> Reply {
         match self.lock.as_mut() {
             Some(h) if h.owner == owner && (h.token == term || defect == Some(Defect::ProclaimIgnoresTerm)) => {
                 if h.token != term {
