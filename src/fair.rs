@@ -93,6 +93,7 @@ impl<'a> FairWait<'a> {
             queued: {
                 let mut queued = LeaveOnExit::leave(t, owner, will_wait);
                 queued.request = request.clone();
+                queued.asked.extend(request.clone());
                 queued
             },
             request,
@@ -230,7 +231,7 @@ impl FairWait<'_> {
             if token.is_none() {
                 let (m, keys, owner) = (t.core.members[i].clone(), t.keys.clone(), self.owner.clone());
                 t.core.spawner().spawn(async move {
-                    let _ = m.node.leave(&keys, &owner, None).await;
+                    let _ = m.node.leave(&keys, &owner, None, &[]).await;
                 });
             }
         }
@@ -246,6 +247,8 @@ impl FairWait<'_> {
         if self.request.is_some() && e.is_outcome_unknown() {
             self.request = Some(crate::keys::fresh_request_id());
             self.queued.request = self.request.clone();
+            // The ask on the server may still name the id given up on.
+            self.queued.asked.extend(self.request.clone());
         }
     }
 }

@@ -607,10 +607,17 @@ impl Node {
 
     /// A fair waiter leaves the queue (idempotent). `request` is the wait's
     /// request id when it asked for direct grants: a grant made to it that
-    /// it never learned of is given back.
-    pub(crate) async fn leave(&self, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
+    /// it never learned of is given back. `asked`: every request id the
+    /// wait's asks named (the current one and earlier ones).
+    pub(crate) async fn leave(
+        &self,
+        keys: &LockKeys,
+        owner: &Str,
+        request: Option<&str>,
+        asked: &[String],
+    ) -> Result<()> {
         let rec = request.map(|r| crate::protocol::record(keys, r));
-        let Some(call) = keys.kind.leave(keys, owner, rec.as_ref(), &self.env()) else {
+        let Some(call) = keys.kind.leave(keys, owner, rec.as_ref(), asked, &self.env()) else {
             return Ok(());
         };
         let _: i64 = self.call(call, self.command_timeout).await?;

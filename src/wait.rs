@@ -306,7 +306,7 @@ impl WakeOne {
                 let (member, keys) = (members.get(master).cloned(), keys.clone());
                 Box::pin(async move {
                     let Some(member) = member else { return };
-                    if let Err(e) = member.node.leave(&keys, &Str::from_static(""), None).await {
+                    if let Err(e) = member.node.leave(&keys, &Str::from_static(""), None, &[]).await {
                         tracing::debug!(lock = %keys.name, error = %e, "passing a wake-up on failed; the waiters wake at their lease bound");
                     }
                 })
@@ -992,9 +992,16 @@ fn lease_bound(pttl: i64) -> Duration {
 
 /// Takes back on every master what a waiter's attempts left (see
 /// `Protocol::leave`); fine when a majority confirmed. `request`: a fair
-/// wait's id, when it asked for direct grants.
-pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &Str, request: Option<&str>) -> Result<()> {
-    crate::member::on_each(&core.members, "leave", |node| node.leave(keys, owner, request))
+/// wait's id, when it asked for direct grants; `asked`: every id its asks
+/// named.
+pub(crate) async fn leave_all(
+    core: &Core,
+    keys: &LockKeys,
+    owner: &Str,
+    request: Option<&str>,
+    asked: &[String],
+) -> Result<()> {
+    crate::member::on_each(&core.members, "leave", |node| node.leave(keys, owner, request, asked))
         .await
         .map(|_| ())
 }
@@ -1003,13 +1010,19 @@ pub(crate) async fn leave_all(core: &Core, keys: &LockKeys, owner: &Str, request
 /// something behind), re-sent until the server answers; it gives up once
 /// the waiter timeout has passed, when the server has dropped what the wait
 /// left anyway.
-pub(crate) fn leave_in_background(core: &Arc<Core>, keys: &Arc<LockKeys>, owner: &Str, request: Option<String>) {
+pub(crate) fn leave_in_background(
+    core: &Arc<Core>,
+    keys: &Arc<LockKeys>,
+    owner: &Str,
+    request: Option<String>,
+    asked: Vec<String>,
+) {
     let (core, keys, owner) = (core.clone(), keys.clone(), owner.clone());
     let spawner = core.spawner().clone();
     spawner.spawn(async move {
         let give_up = Instant::now() + core.settings.waiter_timeout;
         let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-        while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref()).await {
+        while let Err(e) = leave_all(&core, &keys, &owner, request.as_deref(), &asked).await {
             if Instant::now() + pause.peek() >= give_up {
                 tracing::debug!(lock = %keys.name, error = %e, "leaving a wait failed; the waiter timeout clears what it left");
                 break;
@@ -1028,11 +1041,15 @@ pub(crate) struct Leave {
     pub(crate) owner: Str,
     /// The wait's current request id, when it asks for direct grants.
     pub(crate) request: Option<String>,
+    /// Every request id a fair wait's asks named: its leave takes back
+    /// only a place whose ask names one of them.
+    pub(crate) asked: Vec<String>,
 }
 
 impl Undo for Leave {
     fn undo_in_background(&mut self) {
-        leave_in_background(&self.core, &self.keys, &self.owner, self.request.take());
+        let asked = std::mem::take(&mut self.asked);
+        leave_in_background(&self.core, &self.keys, &self.owner, self.request.take(), asked);
     }
 }
 
@@ -1048,6 +1065,7 @@ impl DropGuard<Leave> {
                 keys: t.keys.clone(),
                 owner: owner.clone(),
                 request: None,
+                asked: Vec::new(),
             },
             armed,
         )
@@ -1057,9 +1075,15 @@ impl DropGuard<Leave> {
     /// in the background.
     pub(crate) async fn leave_now(&mut self) {
         if self.is_armed()
-            && leave_all(&self.core, &self.keys, &self.owner, self.request.as_deref())
-                .await
-                .is_ok()
+            && leave_all(
+                &self.core,
+                &self.keys,
+                &self.owner,
+                self.request.as_deref(),
+                &self.asked,
+            )
+            .await
+            .is_ok()
         {
             self.disarm();
         }

@@ -236,7 +236,7 @@ impl Run<'_> {
                     return self.check();
                 }
                 let req = mine[which % mine.len()];
-                self.model.leave(o, req, None);
+                self.model.leave(o, req, req..=req, None);
                 let rec = record(req);
                 self.redis.cmd(&[
                     "EVAL",
@@ -251,6 +251,7 @@ impl Run<'_> {
                     &owner(o),
                     WAKE_PREFIX,
                     "PUBLISH",
+                    &req.to_string(),
                 ]);
             }
             Step::Renew { owner: o } => {

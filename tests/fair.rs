@@ -935,3 +935,77 @@ async fn late_grant_message() -> Option<()> {
     assert_queue_empty(&server, "late-grant");
     Some(())
 }
+
+/// A wait's leave takes back only its own place: one that reaches the
+/// server late (sent again in the background after a break, say), once
+/// the same task waits again, leaves the later wait's place alone (its ask
+/// names another request), and that wait keeps its turn. Played with the
+/// library's own `fair_leave.lua` text, as a late leave of an earlier
+/// request; the later wait's own leave still takes the place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_leave_of_an_earlier_wait_leaves_the_next_wait_of_its_owner_in_its_place() {
+    const LEAVE: &str = concat!(include_str!("../lua/shared.lua"), include_str!("../lua/fair_leave.lua"));
+    bounded(Duration::from_secs(30), async {
+        let server = RedisServer::start();
+        let holder = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let waiting = fair_client(&server.url(), Duration::from_secs(5)).await;
+        let held = holder.fair_lock("late-leave").unwrap().lock().await.unwrap();
+        let lock = waiting.fair_lock("late-leave").unwrap();
+        let waiter = tokio::spawn(async move {
+            lock.try_lock(Duration::from_secs(20), LONG)
+                .await
+                .unwrap()
+                .expect("its turn in the end")
+        });
+        assert!(eventually(Duration::from_secs(3), || queue_len(&server, "late-leave") == 1).await);
+        let asks = server.cmd(&["HGETALL", "lockwarden:{late-leave}:asks"]).strings();
+        assert_eq!(asks.len(), 2, "one ask: {asks:?}");
+        let (owner, ask) = (asks[0].clone(), asks[1].clone());
+        let own = ask.split(' ').nth(3).expect("the ask's request id").to_string();
+        let leave = |id: &str| {
+            server.cmd(&[
+                "EVAL",
+                LEAVE,
+                "6",
+                "late-leave",
+                "lockwarden:{late-leave}:queue",
+                "lockwarden:{late-leave}:timeouts",
+                "lockwarden:{late-leave}:token",
+                "lockwarden:{late-leave}:asks",
+                &format!("lockwarden:{{late-leave}}:req:{id}"),
+                &owner,
+                "lockwarden:{late-leave}:wake:",
+                "PUBLISH",
+                id,
+            ])
+        };
+        assert_eq!(
+            leave("an-earlier-request"),
+            Reply::Int(0),
+            "nothing of that wait's is left"
+        );
+        assert_eq!(queue_len(&server, "late-leave"), 1, "the later wait keeps its place");
+        assert_eq!(
+            server.cmd(&["HGET", "lockwarden:{late-leave}:asks", &owner]),
+            Reply::Str(ask.clone()),
+            "and its ask"
+        );
+        assert_eq!(
+            server.cmd(&["ZCARD", "lockwarden:{late-leave}:timeouts"]).as_int(),
+            Some(1),
+            "and its deadline"
+        );
+        // The leave of the wait's own request (or one its asks named).
+        assert_eq!(leave(&own), Reply::Int(1));
+        assert_eq!(queue_len(&server, "late-leave"), 0);
+        assert_eq!(
+            server.cmd(&["EXISTS", "lockwarden:{late-leave}:asks"]).as_int(),
+            Some(0)
+        );
+        held.unlock().await.unwrap();
+        // The wait queues again at its next attempt and gets the lock.
+        let g = waiter.await.unwrap();
+        g.unlock().await.unwrap();
+    })
+    .await
+}

@@ -603,7 +603,7 @@ fn the_fair_lock_keeps_every_property_in_every_reachable_state() {
 }
 
 /// Each defect of the fair lock and the property that catches it.
-const FAIR_CAUGHT: [(FairDefect, &str); 11] = [
+const FAIR_CAUGHT: [(FairDefect, &str); 12] = [
     // The late grant message: claimed after a later attempt found the
     // grant's hold gone and another took the lock.
     (FairDefect::ClaimIgnoresAttempt, "never two holders with validity left"),
@@ -625,6 +625,10 @@ const FAIR_CAUGHT: [(FairDefect, &str); 11] = [
     (
         FairDefect::NoEviction,
         "a waiter owed the lock gets it by its next attempt",
+    ),
+    (
+        FairDefect::LeaveTakesAnyPlace,
+        "a leave takes back only its own wait's place",
     ),
 ];
 

@@ -69,14 +69,26 @@ impl Protocol for Fair {
 
     /// The waiter leaves the queue. `rec`: the record of the wait's request
     /// when it asked for direct grants, so a grant it never learned of is
-    /// given back.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    /// given back; `asked`: every request id the wait's asks named, so a
+    /// leave that comes late leaves alone the place of a later wait of the
+    /// same owner (whose ask names another).
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        rec: Option<&'a Str>,
+        asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         let mut key_list = vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.token, &keys.asks];
         key_list.extend(rec);
         Some(Call {
             script: &FAIR_LEAVE,
             keys: key_list,
-            args: vec![name(owner), name(&keys.wake_prefix), lit(env.publish)],
+            args: [name(owner), name(&keys.wake_prefix), lit(env.publish)]
+                .into_iter()
+                .chain(asked.iter().map(|id| id.as_str().into()))
+                .collect(),
             first_send: None,
         })
     }

@@ -405,8 +405,17 @@ pub(crate) trait Protocol: Send + Sync {
     /// A waiter that stops waiting takes back what its attempts left (a
     /// fair waiter its place in the queue and, with `rec`, a grant it never
     /// learned of; a writer of a read-write lock its mark). Idempotent.
+    /// `asked`: the request ids the wait's asks for direct grants named
+    /// (none without asks).
     /// `None`: the kind's attempts leave nothing behind.
-    fn leave<'a>(&self, _keys: &'a LockKeys, _owner: &Str, _rec: Option<&'a Str>, _env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        _keys: &'a LockKeys,
+        _owner: &Str,
+        _rec: Option<&'a Str>,
+        _asked: &[String],
+        _env: &Env,
+    ) -> Option<Call<'a>> {
         None
     }
 

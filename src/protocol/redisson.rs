@@ -341,7 +341,14 @@ impl Protocol for RedissonFair {
     }
 
     /// The waiter leaves the queue, as Redisson's does when it gives up.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        _rec: Option<&'a Str>,
+        _asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         Some(Call {
             script: &RFAIR_LEAVE,
             keys: vec![&keys.lock, &keys.queue, &keys.timeouts],

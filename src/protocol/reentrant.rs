@@ -97,7 +97,14 @@ impl Protocol for Reentrant {
     /// have taken an unlock's only wake-up without using it. With `rec`, a
     /// wait of `owner` that asked for direct grants also takes its ask back
     /// and gives back a grant it never learned of.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        rec: Option<&'a Str>,
+        _asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         let mut args = vec![lit(UNLOCK_MESSAGE), name(&keys.wake_prefix), lit(env.publish)];
         if let Some(rec) = rec {
             // The ask's field is the client id, the owner field's first part.

@@ -73,7 +73,14 @@ impl Protocol for Side {
     }
 
     /// A waiting writer gives up: its mark goes. Readers leave nothing.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, _rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        _rec: Option<&'a Str>,
+        _asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         (!self.read).then(|| Call {
             script: &RW_LEAVE,
             keys: vec![&keys.lock, &keys.channel, &keys.writers],

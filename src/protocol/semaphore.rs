@@ -115,7 +115,14 @@ impl Protocol for Semaphore {
     /// have taken a release's wake-up without using it. With `rec`, a wait
     /// of `owner` (its permit id) that asked for direct grants also takes
     /// its ask back and gives back a grant it never learned of.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        rec: Option<&'a Str>,
+        _asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         let mut call = Call {
             script: &SEM_LEAVE,
             ..release_call(keys, lit(""), self.total, env)
@@ -221,7 +228,14 @@ impl Protocol for FairSemaphore {
 
     /// The waiter leaves the queue; `rec`: its wait's record, so a grant it
     /// never learned of is given back.
-    fn leave<'a>(&self, keys: &'a LockKeys, owner: &Str, rec: Option<&'a Str>, env: &Env) -> Option<Call<'a>> {
+    fn leave<'a>(
+        &self,
+        keys: &'a LockKeys,
+        owner: &Str,
+        rec: Option<&'a Str>,
+        _asked: &[String],
+        env: &Env,
+    ) -> Option<Call<'a>> {
         let mut key_list = vec![&keys.lock, &keys.queue, &keys.timeouts, &keys.asks];
         key_list.extend(rec);
         Some(Call {

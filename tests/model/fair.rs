@@ -109,6 +109,9 @@ pub enum Defect {
     /// (the watchdog as it was): it may have found a hold of the same
     /// owner that a background re-send took anew.
     RenewalRevives,
+    /// `fair_leave.lua` before it named the wait's requests: a leave takes
+    /// the owner's place whatever wait it is for.
+    LeaveTakesAnyPlace,
 }
 
 /// The fair lock's keys on one master, and the messages on their way to
@@ -129,11 +132,13 @@ pub struct Server {
     /// Ghosts: a release changed a hold that was not the caller's; a
     /// caller that does not hold moved the lease; a free lock went to one
     /// that was not the queue's live head; a grant's lease outlived its
-    /// waiter's deadline.
+    /// waiter's deadline; a leave took the place of another wait than
+    /// its own (a later one of the same owner).
     pub freed_another: bool,
     pub waiter_moved_lease: bool,
     pub barged: bool,
     pub grant_past_deadline: bool,
+    pub took_another_place: bool,
 }
 
 /// An attempt (`wait`: a waiter's, which queues when refused) or a
@@ -160,6 +165,7 @@ impl Server {
             freed_another: false,
             waiter_moved_lease: false,
             barged: false,
+            took_another_place: false,
             grant_past_deadline: false,
         }
     }
@@ -427,11 +433,19 @@ impl Server {
         );
     }
 
-    /// fair_leave.lua, with the wait's request: out of the queue, and a
+    /// fair_leave.lua, with the wait's request and every request its asks
+    /// named (`asked`: from the wait's first to its latest): out of the
+    /// queue when the place's ask names one of them (else the place is a
+    /// later wait's of the same owner, and a late leave leaves it), and a
     /// grant it never learned of given back while it is the latest hold.
-    pub fn leave(&mut self, owner: Owner, req: Req, defect: Option<Defect>) {
-        let was_head = self.queue.first().is_some_and(|q| q.owner == owner);
-        self.queue.retain(|q| q.owner != owner);
+    pub fn leave(&mut self, owner: Owner, req: Req, asked: std::ops::RangeInclusive<Req>, defect: Option<Defect>) {
+        let mine =
+            |q: &Queued| q.owner == owner && (asked.contains(&q.req) || defect == Some(Defect::LeaveTakesAnyPlace));
+        let was_head = self.queue.first().is_some_and(mine);
+        if self.queue.iter().any(|q| mine(q) && !asked.contains(&q.req)) {
+            self.took_another_place = true;
+        }
+        self.queue.retain(|q| !mine(q));
         let mut freed = false;
         if let Some(Recorded::Granted { token }) = recorded(&self.records, req) {
             let latest = self.counter.value == Some(token) || defect == Some(Defect::LeaveIgnoresCounter);
@@ -496,11 +510,13 @@ pub struct Bounds {
 pub enum Phase {
     Idle,
     /// Its wait's latest attempt was refused: the wait's request, that
-    /// attempt's number and the tick it was sent at.
+    /// attempt's number and the tick it was sent at; `first`: the wait's
+    /// first request (its asks named those from `first` to `req`).
     Waiting {
         req: Req,
         attempt: u8,
         sent: i32,
+        first: Req,
     },
     /// Held: `count` guards (its own acquisitions), the server's levels
     /// as its last reply said them.
@@ -545,9 +561,9 @@ pub struct ClientState {
     pub levels_unknown: bool,
     pub lost_release_not_refused: bool,
     pub levels_disagree: bool,
-    /// The leave of a wait it stopped (the wait's request), on its way:
-    /// it runs later, or never.
-    pub leaving: Option<Req>,
+    /// The leave of a wait it stopped (the wait's first and latest
+    /// requests), on its way: it runs later, or never.
+    pub leaving: Option<(Req, Req)>,
     /// An attempt given up on, in the background (one at a time here).
     pub pending: Option<Pending>,
 }
@@ -721,11 +737,17 @@ impl FairModel {
                 }
             }
             (Op::Attempt { req, attempt }, Reply::Acquire(_)) => {
-                if matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+                let first = match cl.phase {
+                    Phase::Waiting { first, .. } => Some(first),
+                    Phase::Idle => Some(req),
+                    _ => None,
+                };
+                if let Some(first) = first {
                     cl.phase = Phase::Waiting {
                         req,
                         attempt,
                         sent: call.since,
+                        first,
                     };
                 }
             }
@@ -813,7 +835,7 @@ impl FairModel {
     fn deliver(&self, s: &mut State, c: usize) {
         let now = s.server.now;
         let Some(msg) = s.server.mail[c].take() else { return };
-        let Phase::Waiting { req, attempt, sent } = s.clients[c].phase else {
+        let Phase::Waiting { req, attempt, sent, .. } = s.clients[c].phase else {
             return;
         };
         if let Msg::Grant {
@@ -1191,10 +1213,15 @@ impl Model for FairModel {
                             if waiting && cl.calls_left > 0 {
                                 let fresh = req_of(c, self.bounds.calls, cl.calls_left);
                                 cl.calls_left -= 1;
+                                let first = match cl.phase {
+                                    Phase::Waiting { first, .. } => first,
+                                    _ => req,
+                                };
                                 cl.phase = Phase::Waiting {
                                     req: fresh,
                                     attempt,
                                     sent: call.since,
+                                    first,
                                 };
                                 return Some(self.settle(s));
                             }
@@ -1211,15 +1238,15 @@ impl Model for FairModel {
             Action::Deliver(c) => self.deliver(&mut s, c),
             Action::LoseMessage(c) => s.server.mail[c] = None,
             Action::Leave(c) => {
-                if let Phase::Waiting { req, .. } = s.clients[c].phase {
-                    s.clients[c].leaving = Some(req);
+                if let Phase::Waiting { req, first, .. } = s.clients[c].phase {
+                    s.clients[c].leaving = Some((first, req));
                 }
                 s.clients[c].phase = Phase::Idle;
             }
             Action::LeaveRuns(c) => {
-                let req = s.clients[c].leaving.take()?;
+                let (first, req) = s.clients[c].leaving.take()?;
                 let was = s.server.lock;
-                s.server.leave(c as Owner, req, self.defect);
+                s.server.leave(c as Owner, req, first..=req, self.defect);
                 // The stopped wait's grant, which a later acquisition of
                 // the same owner entered (its reply counted that level
                 // too), is given back: the client counts its own guards,
@@ -1281,6 +1308,9 @@ impl Model for FairModel {
                 !s.server.waiter_moved_lease
             }),
             Property::<Self>::always("a free lock goes to the head of the queue", |_, s| !s.server.barged),
+            Property::<Self>::always("a leave takes back only its own wait's place", |_, s| {
+                !s.server.took_another_place
+            }),
             Property::<Self>::always("a grant ends by its waiter's queue deadline", |_, s| {
                 !s.server.grant_past_deadline
             }),
