@@ -429,7 +429,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 19] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 21] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -517,6 +517,23 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 19] = [
     // The give-back of an attempt whose hold lapsed frees the permit id's
     // newer hold, which the wait took under another request.
     (FamilyDefect::GiveBackById, SEM_RESENDS, EXCLUSION),
+    // Through the read-write give-back: client 0's first attempt, given
+    // up on, is re-sent in the background and takes the write side; that
+    // hold lapses, the wait's next attempt takes the side anew, and the
+    // give-back of the re-sent attempt's hold (naming its token, which the
+    // defect does not compare) frees the new one.
+    (
+        FamilyDefect::ReleaseIgnoresToken,
+        RW_RESENDS,
+        "a release never frees another's hold",
+    ),
+    // The same on the read side: the give-back names the re-sent attempt's
+    // request, and the defect frees the newer read hold the wait took.
+    (
+        FamilyDefect::ReadReleaseIgnoresTake,
+        RW_RESENDS,
+        "a release never frees another's hold",
+    ),
 ];
 
 const WAKE_UP: &str = "no wake-up is lost";
