@@ -109,6 +109,8 @@ fn the_reentrant_lock_keeps_its_other_properties_when_the_servers_clock_jumps() 
     if std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some() {
         bounds.depth = Some(18);
     }
+    bounds.depth = depth("LOCK_JUMPS", bounds.depth, 0);
+    bounds.jumps = jumps("LOCK_JUMPS", bounds.jumps);
     explore(&format!("{bounds:?}"), LockModel::new(bounds), bounds.depth);
 }
 
@@ -354,6 +356,17 @@ const THREE: FamilyBounds = FamilyBounds {
 /// The depth of bound `name` whose test-command depth is `depth`: `long`
 /// more in the longer run (`LOCKWARDEN_MODEL_LONG=1`), or
 /// `LOCKWARDEN_MODEL_<name>_DEPTH`.
+/// How many jumps of the server's clock a jump bound allows:
+/// `LOCKWARDEN_MODEL_<name>_JUMPS`, else `jumps` (one). Two jumps one way
+/// make a jump of two ticks; one each way, a clock set back after it ran
+/// ahead.
+fn jumps(name: &str, jumps: u8) -> u8 {
+    std::env::var(format!("LOCKWARDEN_MODEL_{name}_JUMPS"))
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(jumps)
+}
+
 fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
     if let Some(d) = std::env::var(format!("LOCKWARDEN_MODEL_{name}_DEPTH"))
         .ok()
@@ -400,6 +413,7 @@ fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
     // they were.
     let long = if name == "RW" || name == "SEMAPHORE" { 4 } else { 3 };
     bounds.depth = depth(name, bounds.depth, long);
+    bounds.jumps = jumps(name, bounds.jumps);
     bounds
 }
 
@@ -712,6 +726,7 @@ const FAIR_SEM_RESENDS: FairSemBounds = FairSemBounds {
 fn fair_sem_bounds(name: &str, bounds: FairSemBounds) -> FairSemBounds {
     FairSemBounds {
         depth: depth(name, bounds.depth, 4),
+        jumps: jumps(name, bounds.jumps),
         ..bounds
     }
 }
@@ -821,6 +836,7 @@ fn the_fair_semaphore_keeps_its_other_properties_across_jumps_and_force_unlocks(
     ] {
         let bounds = FairSemBounds {
             depth: depth(name, bounds.depth, 3),
+            jumps: jumps(name, bounds.jumps),
             ..bounds
         };
         explore(&format!("{name} {bounds:?}"), FairSemModel::new(bounds), bounds.depth);
@@ -887,6 +903,7 @@ fn the_quorum_keeps_its_other_properties_when_a_masters_clock_jumps() {
         // The longer run: two acquisitions each, one step deeper.
         acquires: if long { 2 } else { QUORUM_JUMPS.acquires },
         depth: depth("QUORUM_JUMPS", QUORUM_JUMPS.depth, 1),
+        jumps: jumps("QUORUM_JUMPS", QUORUM_JUMPS.jumps),
         ..QUORUM_JUMPS
     };
     explore(
@@ -905,6 +922,7 @@ fn the_quorum_keeps_its_other_properties_when_a_masters_clock_jumps() {
 fn the_fair_lock_keeps_its_other_properties_when_the_servers_clock_jumps() {
     let bounds = FairBounds {
         depth: depth("FAIR_JUMPS", FAIR_JUMPS.depth, 3),
+        jumps: jumps("FAIR_JUMPS", FAIR_JUMPS.jumps),
         ..FAIR_JUMPS
     };
     explore(&format!("FAIR_JUMPS {bounds:?}"), FairModel::new(bounds), bounds.depth);
@@ -1086,6 +1104,7 @@ const WAKE_JUMPS: WakeBounds = WakeBounds {
 fn the_reentrant_locks_waits_keep_their_other_properties_when_the_servers_clock_jumps() {
     let bounds = WakeBounds {
         depth: depth("WAKE_JUMPS", WAKE_JUMPS.depth, 3),
+        jumps: jumps("WAKE_JUMPS", WAKE_JUMPS.jumps),
         ..WAKE_JUMPS
     };
     explore(&format!("WAKE_JUMPS {bounds:?}"), WakeModel::new(bounds), bounds.depth);
