@@ -367,6 +367,16 @@ fn jumps(name: &str, jumps: u8) -> u8 {
         .unwrap_or(jumps)
 }
 
+/// How many attempts of one client a resends bound lets the background
+/// hold at once: `LOCKWARDEN_MODEL_<name>_AT_ONCE` (at most 2), else
+/// `at_once` (one).
+fn at_once(name: &str, at_once: u8) -> u8 {
+    std::env::var(format!("LOCKWARDEN_MODEL_{name}_AT_ONCE"))
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(at_once)
+}
+
 fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
     if let Some(d) = std::env::var(format!("LOCKWARDEN_MODEL_{name}_DEPTH"))
         .ok()
@@ -574,16 +584,17 @@ const FAIR: FairBounds = FairBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
-    resends: false,
+    resends: 0,
     depth: Some(11),
 };
 
 /// The fair lock's attempts given up on re-sent in the background and
 /// given back, the waits going on under fresh requests, in place of the
-/// data loss; one acquisition each.
+/// data loss; one acquisition each, two of a client's attempts in the
+/// background at once.
 const FAIR_RESENDS: FairBounds = FairBounds {
     faults: 0,
-    resends: true,
+    resends: 2,
     depth: Some(10),
     acquires: 1,
     ..FAIR
@@ -937,6 +948,7 @@ fn the_fair_lock_keeps_its_other_properties_when_the_servers_clock_jumps() {
 fn the_fair_lock_keeps_every_property_when_given_up_attempts_are_given_back() {
     let bounds = FairBounds {
         depth: depth("FAIR_RESENDS", FAIR_RESENDS.depth, 3),
+        resends: at_once("FAIR_RESENDS", FAIR_RESENDS.resends),
         ..FAIR_RESENDS
     };
     explore(
@@ -1027,16 +1039,17 @@ const WAKE: WakeBounds = WakeBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
-    resends: false,
+    resends: 0,
     depth: Some(10),
 };
 
 /// The waits with attempts given up on re-sent in the background and
-/// given back while the waits go on (one acquisition each, no data loss).
+/// given back while the waits go on (one acquisition each, no data loss),
+/// two of a client's at once.
 const WAKE_RESENDS: WakeBounds = WakeBounds {
     acquires: 1,
     faults: 0,
-    resends: true,
+    resends: 2,
     depth: Some(10),
     ..WAKE
 };
@@ -1049,6 +1062,7 @@ const WAKE_RESENDS: WakeBounds = WakeBounds {
 fn the_reentrant_locks_waits_keep_every_property_with_attempts_re_sent_in_the_background() {
     let bounds = WakeBounds {
         depth: depth("WAKE_RESENDS", WAKE_RESENDS.depth, 3),
+        resends: at_once("WAKE_RESENDS", WAKE_RESENDS.resends),
         ..WAKE_RESENDS
     };
     explore(

@@ -498,11 +498,12 @@ pub struct Bounds {
     pub jumps: u8,
     /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
     pub forces: u8,
-    /// An attempt given up on is re-sent in the background as a try and
-    /// what it got given back (its release naming the token), while the
-    /// wait goes on under a fresh request (`FairWait::failed`); without,
-    /// the wait ends (its late request may still run).
-    pub resends: bool,
+    /// How many attempts given up on a client may have in the background
+    /// at once (at most [`PENDING`]): each is re-sent as a try and what it
+    /// got given back (its release naming the token), while the wait goes
+    /// on under a fresh request (`FairWait::failed`); with none, the wait
+    /// ends (its late request may still run).
+    pub resends: u8,
     pub depth: Option<usize>,
 }
 
@@ -564,8 +565,8 @@ pub struct ClientState {
     /// The leave of a wait it stopped (the wait's first and latest
     /// requests), on its way: it runs later, or never.
     pub leaving: Option<(Req, Req)>,
-    /// An attempt given up on, in the background (one at a time here).
-    pub pending: Option<Pending>,
+    /// Attempts given up on, in the background (`Bounds::resends` at once).
+    pub pending: [Option<Pending>; PENDING],
 }
 
 /// What the background does with an attempt whose outcome is unknown
@@ -617,8 +618,8 @@ pub enum Action {
     Abandon(usize),
     /// The background's next step for client `c`'s given-up attempt (its
     /// re-send, or its give-back), or its loss.
-    PendingRuns(usize),
-    PendingLost(usize),
+    PendingRuns(usize, usize),
+    PendingLost(usize, usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -935,10 +936,10 @@ impl FairModel {
     /// re-send (a try), then the give-back of what it got, under a request
     /// of its own (`GIVE_BACK`). Either changes the levels the server
     /// counts for the client, behind its back.
-    fn background(&self, s: &mut State, c: usize) {
+    fn background(&self, s: &mut State, c: usize, i: usize) {
         let owner = c as Owner;
         let was = s.server.lock;
-        match s.clients[c].pending.take() {
+        match s.clients[c].pending[i].take() {
             Some(Pending::Resend { req }) => {
                 let a = Acquire {
                     owner,
@@ -947,7 +948,7 @@ impl FairModel {
                     wait: false,
                 };
                 if let AcquireReply::Held { token, .. } = s.server.acquire(a, self.defect) {
-                    s.clients[c].pending = Some(Pending::GiveBack { token });
+                    s.clients[c].pending[i] = Some(Pending::GiveBack { token });
                 }
             }
             Some(Pending::GiveBack { token }) => {
@@ -978,10 +979,13 @@ impl FairModel {
             lost_release_not_refused: false,
             levels_disagree: false,
             leaving: None,
-            pending: None,
+            pending: [None; PENDING],
         }
     }
 }
+
+/// The most attempts of one client in the background at once.
+pub const PENDING: usize = 2;
 
 /// The request id (past every call's) of a client's give-back.
 const GIVE_BACK: Req = 63;
@@ -1055,7 +1059,7 @@ impl Model for FairModel {
         );
         states.push(busy);
         states.push(handed);
-        if self.bounds.resends {
+        if self.bounds.resends > 0 {
             // Client 0's first attempt took the lock, its reply lost and
             // given up on: the wait goes on, the attempt re-sent behind it.
             let given_up = run(
@@ -1132,9 +1136,11 @@ impl Model for FairModel {
             if cl.leaving.is_some() {
                 actions.push(Action::LeaveRuns(c));
             }
-            if cl.pending.is_some() {
-                actions.push(Action::PendingRuns(c));
-                actions.push(Action::PendingLost(c));
+            for (i, p) in cl.pending.iter().enumerate() {
+                if p.is_some() {
+                    actions.push(Action::PendingRuns(c, i));
+                    actions.push(Action::PendingLost(c, i));
+                }
             }
             if s.server.mail[c].is_some() {
                 if idle_line {
@@ -1208,8 +1214,11 @@ impl Model for FairModel {
                     // nobody).
                     Op::Attempt { req, attempt } => {
                         let waiting = matches!(cl.phase, Phase::Idle | Phase::Waiting { .. });
-                        if self.bounds.resends && cl.pending.is_none() {
-                            cl.pending = Some(Pending::Resend { req });
+                        let slot = cl.pending[..usize::from(self.bounds.resends)]
+                            .iter()
+                            .position(Option::is_none);
+                        if let Some(i) = slot {
+                            cl.pending[i] = Some(Pending::Resend { req });
                             if waiting && cl.calls_left > 0 {
                                 let fresh = req_of(c, self.bounds.calls, cl.calls_left);
                                 cl.calls_left -= 1;
@@ -1256,8 +1265,8 @@ impl Model for FairModel {
                 }
             }
             Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
-            Action::PendingRuns(c) => self.background(&mut s, c),
-            Action::PendingLost(c) => s.clients[c].pending = None,
+            Action::PendingRuns(c, i) => self.background(&mut s, c, i),
+            Action::PendingLost(c, i) => s.clients[c].pending[i] = None,
             Action::Renew(c) => self.renew(&mut s, c, true),
             Action::RenewUnheard(c) => self.renew(&mut s, c, false),
             Action::Tick => {
@@ -1333,6 +1342,9 @@ impl Model for FairModel {
                 s.clients.iter().all(|c| !c.lost_release_not_refused)
             }),
             Property::<Self>::sometimes("a waiter is handed the lock by a message", |_, s| s.granted_by_message),
+            Property::<Self>::sometimes("two attempts of one client in the background at once", |m, s| {
+                m.bounds.resends < 2 || s.clients.iter().any(|c| c.pending.iter().all(Option::is_some))
+            }),
             Property::<Self>::sometimes("every client holds in turn", |m, s| {
                 u32::from(s.have_held) == (1 << m.bounds.clients) - 1
             }),

@@ -540,11 +540,12 @@ pub struct Bounds {
     pub jumps: u8,
     /// Force-unlocks (`force_unlock.lua`, `lockwarden unlock --force`).
     pub forces: u8,
-    /// An attempt given up on is re-sent in the background as a try and
-    /// what it got given back (its release naming the token), while the
-    /// wait goes on under a fresh request (`WakeOne::failed`); without,
-    /// the attempt is left to its late request and the lease.
-    pub resends: bool,
+    /// How many attempts given up on a client may have in the background
+    /// at once (at most [`PENDING`]): each is re-sent as a try and what it
+    /// got given back (its release naming the token), while the wait goes
+    /// on under a fresh request (`WakeOne::failed`); with none, the
+    /// attempt is left to its late request and the lease.
+    pub resends: u8,
     pub depth: Option<usize>,
 }
 
@@ -556,6 +557,9 @@ pub enum Pending {
     /// Give back the hold the re-send got.
     GiveBack { token: u64 },
 }
+
+/// The most attempts of one client in the background at once.
+pub const PENDING: usize = 2;
 
 /// The request id of a client's give-back.
 const GIVE_BACK: Req = 63;
@@ -622,7 +626,7 @@ pub struct ClientState {
     /// request; a wake-up passed on, without): each runs later, or never.
     pub leaving: Vec<Option<Req>>,
     /// The background's work for its given-up attempt (`Bounds::resends`).
-    pub pending: Option<Pending>,
+    pub pending: [Option<Pending>; PENDING],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -678,8 +682,8 @@ pub enum Action {
     ForceUnlock,
     /// The background's next step for client `c`'s given-up attempt, or
     /// the background's work lost (its client closed).
-    Background(usize),
-    PendingLost(usize),
+    Background(usize, usize),
+    PendingLost(usize, usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -1061,7 +1065,7 @@ impl WakeModel {
             lost_release_not_refused: false,
             levels_disagree: false,
             leaving: Vec::new(),
-            pending: None,
+            pending: [None; PENDING],
         }
     }
 
@@ -1069,10 +1073,10 @@ impl WakeModel {
     /// re-send (a try), then the give-back of what it got, under a request
     /// of its own (`GIVE_BACK`). Either changes the levels the server
     /// counts for the client, behind its back.
-    fn background(&self, s: &mut State, c: usize) {
+    fn background(&self, s: &mut State, c: usize, i: usize) {
         let owner = c as Owner;
         let was = s.server.lock;
-        match s.clients[c].pending.take() {
+        match s.clients[c].pending[i].take() {
             Some(Pending::Resend { req }) => {
                 let a = Acquire {
                     owner,
@@ -1083,7 +1087,7 @@ impl WakeModel {
                 };
                 match s.server.acquire(a, self.defect) {
                     AcquireReply::Held { token, .. } | AcquireReply::Fresh(token) => {
-                        s.clients[c].pending = Some(Pending::GiveBack { token });
+                        s.clients[c].pending[i] = Some(Pending::GiveBack { token });
                     }
                     AcquireReply::Refused { .. } => {}
                 }
@@ -1203,9 +1207,11 @@ impl Model for WakeModel {
                 actions.push(Action::Renew(c));
                 actions.push(Action::RenewUnheard(c));
             }
-            if cl.pending.is_some() {
-                actions.push(Action::Background(c));
-                actions.push(Action::PendingLost(c));
+            for (i, p) in cl.pending.iter().enumerate() {
+                if p.is_some() {
+                    actions.push(Action::Background(c, i));
+                    actions.push(Action::PendingLost(c, i));
+                }
             }
             let mut net = Vec::new();
             cl.line.offer(now, &mut net);
@@ -1283,8 +1289,11 @@ impl Model for WakeModel {
                     // the old one and gives back what it got, else that is
                     // left to the late request and the lease.
                     Op::Attempt { req, .. } => {
-                        if self.bounds.resends && cl.pending.is_none() {
-                            cl.pending = Some(Pending::Resend { req });
+                        let slot = cl.pending[..usize::from(self.bounds.resends)]
+                            .iter()
+                            .position(Option::is_none);
+                        if let Some(i) = slot {
+                            cl.pending[i] = Some(Pending::Resend { req });
                         }
                         if let Phase::Waiting { attempt, sent, .. } = cl.phase {
                             cl.phase = Phase::Waiting {
@@ -1363,8 +1372,8 @@ impl Model for WakeModel {
                 s.data_lost = true;
                 s.server.flush();
             }
-            Action::Background(c) => self.background(&mut s, c),
-            Action::PendingLost(c) => s.clients[c].pending = None,
+            Action::Background(c, i) => self.background(&mut s, c, i),
+            Action::PendingLost(c, i) => s.clients[c].pending[i] = None,
             Action::EvictCounter => {
                 s.faults_left -= 1;
                 s.server.counter.value = None;
@@ -1421,13 +1430,16 @@ impl Model for WakeModel {
             // re-send took, and a wait holds anew while its given-up
             // attempt is still to be re-sent or given back.
             Property::<Self>::sometimes("a background give-back frees what its re-send took", |m, s| {
-                !m.bounds.resends || s.gave_back
+                m.bounds.resends == 0 || s.gave_back
             }),
             Property::<Self>::sometimes("a wait holds anew with its given-up attempt behind it", |m, s| {
-                !m.bounds.resends
+                m.bounds.resends == 0
                     || s.clients
                         .iter()
-                        .any(|c| matches!(c.phase, Phase::Held { .. }) && c.pending.is_some())
+                        .any(|c| matches!(c.phase, Phase::Held { .. }) && c.pending.iter().any(Option::is_some))
+            }),
+            Property::<Self>::sometimes("two attempts of one client in the background at once", |m, s| {
+                m.bounds.resends < 2 || s.clients.iter().any(|c| c.pending.iter().all(Option::is_some))
             }),
         ]
     }
