@@ -208,7 +208,7 @@ const RW: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(11),
 };
 
@@ -228,7 +228,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(13),
 };
 
@@ -248,7 +248,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(13),
 };
 
@@ -267,7 +267,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(13),
 };
 
@@ -289,7 +289,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(9),
 };
 
@@ -310,7 +310,7 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     jumps: 1,
     handed: false,
     crowded: false,
-    resends: false,
+    resends: 0,
     depth: Some(11),
 };
 
@@ -348,7 +348,7 @@ const THREE: FamilyBounds = FamilyBounds {
     faults: 0,
     forces: 0,
     crowded: true,
-    resends: false,
+    resends: 0,
     depth: Some(10),
     ..GRANTS
 };
@@ -397,7 +397,7 @@ fn depth(name: &str, depth: Option<usize>, long: usize) -> Option<usize> {
 const SEM_RESENDS: FamilyBounds = FamilyBounds {
     faults: 0,
     forces: 0,
-    resends: true,
+    resends: 2,
     depth: Some(12),
     acquires: 1,
     ..GRANTS
@@ -411,7 +411,7 @@ const RW_RESENDS: FamilyBounds = FamilyBounds {
     faults: 0,
     foreign: false,
     downgrades: false,
-    resends: true,
+    resends: 2,
     acquires: 1,
     depth: Some(10),
     ..RW
@@ -424,6 +424,7 @@ fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
     let long = if name == "RW" || name == "SEMAPHORE" { 4 } else { 3 };
     bounds.depth = depth(name, bounds.depth, long);
     bounds.jumps = jumps(name, bounds.jumps);
+    bounds.resends = at_once(name, bounds.resends);
     bounds
 }
 
@@ -707,7 +708,7 @@ const FAIR_SEM: FairSemBounds = FairSemBounds {
     faults: 1,
     jumps: 0,
     forces: 0,
-    resends: false,
+    resends: 0,
     depth: Some(11),
 };
 
@@ -728,7 +729,7 @@ const FAIR_SEM_THREE: FairSemBounds = FairSemBounds {
 /// data loss; one acquisition each.
 const FAIR_SEM_RESENDS: FairSemBounds = FairSemBounds {
     faults: 0,
-    resends: true,
+    resends: 2,
     depth: Some(12),
     acquires: 1,
     ..FAIR_SEM
@@ -738,6 +739,7 @@ fn fair_sem_bounds(name: &str, bounds: FairSemBounds) -> FairSemBounds {
     FairSemBounds {
         depth: depth(name, bounds.depth, 4),
         jumps: jumps(name, bounds.jumps),
+        resends: at_once(name, bounds.resends),
         ..bounds
     }
 }
@@ -848,6 +850,7 @@ fn the_fair_semaphore_keeps_its_other_properties_across_jumps_and_force_unlocks(
         let bounds = FairSemBounds {
             depth: depth(name, bounds.depth, 3),
             jumps: jumps(name, bounds.jumps),
+            resends: at_once(name, bounds.resends),
             ..bounds
         };
         explore(&format!("{name} {bounds:?}"), FairSemModel::new(bounds), bounds.depth);

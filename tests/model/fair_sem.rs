@@ -525,8 +525,9 @@ pub struct Bounds {
     /// An attempt given up on is re-sent in the background and what it got
     /// given back, while the wait goes on under a fresh request (as the
     /// library does); without, the wait ends (its late request may still
-    /// run).
-    pub resends: bool,
+    /// run). The number is how many of a client's attempts the background
+    /// may hold at once (at most [`PENDING`]).
+    pub resends: u8,
     pub depth: Option<usize>,
 }
 
@@ -575,9 +576,9 @@ pub struct ClientState {
     /// The leave of a wait it stopped (its permit id and request), on its
     /// way: it runs later, or never.
     pub leaving: Option<(Id, Req)>,
-    /// An attempt given up on (its outcome unknown), re-sent in the
-    /// background: one at a time here.
-    pub pending: Option<Pending>,
+    /// Attempts given up on (their outcome unknown), re-sent in the
+    /// background (`Bounds::resends` at once).
+    pub pending: [Option<Pending>; PENDING],
 }
 
 /// What the background does with an attempt whose outcome is unknown
@@ -630,8 +631,8 @@ pub enum Action {
     Abandon(usize),
     /// The background's next step for client `c`'s given-up attempt (its
     /// re-send, or its give-back), or its loss.
-    PendingRuns(usize),
-    PendingLost(usize),
+    PendingRuns(usize, usize),
+    PendingLost(usize, usize),
     Renew(usize),
     RenewUnheard(usize),
     Tick,
@@ -831,8 +832,8 @@ impl FairSemModel {
     }
 
     /// The background's step for client `c`'s given-up attempt.
-    fn background(&self, s: &mut State, c: usize) {
-        match s.clients[c].pending.take() {
+    fn background(&self, s: &mut State, c: usize, i: usize) {
+        match s.clients[c].pending[i].take() {
             Some(Pending::Resend { id, req }) => {
                 let a = Acquire {
                     id,
@@ -842,7 +843,7 @@ impl FairSemModel {
                     wait: false,
                 };
                 if s.server.acquire(a, self.defect) == AcquireReply::Held {
-                    s.clients[c].pending = Some(Pending::GiveBack { id, req });
+                    s.clients[c].pending[i] = Some(Pending::GiveBack { id, req });
                 }
             }
             Some(Pending::GiveBack { id, req }) => {
@@ -867,7 +868,7 @@ impl FairSemModel {
             acquires_left: self.bounds.acquires,
             calls_left: self.bounds.calls,
             leaving: None,
-            pending: None,
+            pending: [None; PENDING],
         }
     }
 
@@ -880,6 +881,9 @@ impl FairSemModel {
         }
     }
 }
+
+/// The most attempts of one client in the background at once.
+pub const PENDING: usize = 2;
 
 /// The request id of client `c`'s call when it has `left` calls left.
 fn req_of(c: usize, calls: u8, left: u8) -> Req {
@@ -965,7 +969,7 @@ impl Model for FairSemModel {
         );
         states.push(busy);
         states.push(released);
-        if self.bounds.resends {
+        if self.bounds.resends > 0 {
             // And where the wait, going on, took the permits anew once the
             // first attempt's hold lapsed, that attempt's re-send still to
             // come.
@@ -1019,9 +1023,11 @@ impl Model for FairSemModel {
             if cl.leaving.is_some() {
                 actions.push(Action::LeaveRuns(c));
             }
-            if cl.pending.is_some() {
-                actions.push(Action::PendingRuns(c));
-                actions.push(Action::PendingLost(c));
+            for (i, p) in cl.pending.iter().enumerate() {
+                if p.is_some() {
+                    actions.push(Action::PendingRuns(c, i));
+                    actions.push(Action::PendingLost(c, i));
+                }
             }
             if s.server.mail[c].is_some() {
                 if idle_line {
@@ -1087,8 +1093,11 @@ impl Model for FairSemModel {
                     // left and the background has room, else it ends.
                     Op::Attempt { id, req, attempt } => {
                         let waiting = matches!(cl.phase, Phase::Idle | Phase::Waiting { .. });
-                        if self.bounds.resends && cl.pending.is_none() {
-                            cl.pending = Some(Pending::Resend { id, req });
+                        let slot = cl.pending[..usize::from(self.bounds.resends)]
+                            .iter()
+                            .position(Option::is_none);
+                        if let Some(i) = slot {
+                            cl.pending[i] = Some(Pending::Resend { id, req });
                             if waiting && cl.calls_left > 0 {
                                 let fresh = req_of(c, self.bounds.calls, cl.calls_left);
                                 cl.calls_left -= 1;
@@ -1122,8 +1131,8 @@ impl Model for FairSemModel {
                 s.server.leave(id, req);
             }
             Action::Abandon(c) => s.clients[c].phase = Phase::Idle,
-            Action::PendingRuns(c) => self.background(&mut s, c),
-            Action::PendingLost(c) => s.clients[c].pending = None,
+            Action::PendingRuns(c, i) => self.background(&mut s, c, i),
+            Action::PendingLost(c, i) => s.clients[c].pending[i] = None,
             Action::Renew(c) => self.renew(&mut s, c, true),
             Action::RenewUnheard(c) => self.renew(&mut s, c, false),
             Action::Tick => {
@@ -1181,6 +1190,9 @@ impl Model for FairSemModel {
             ),
             Property::<Self>::always("a waiter owed its permits gets them by its next attempt", |m, s| {
                 m.owed_permits_by_next_attempt(s)
+            }),
+            Property::<Self>::sometimes("two attempts of one client in the background at once", |m, s| {
+                m.bounds.resends < 2 || s.clients.iter().any(|c| c.pending.iter().all(Option::is_some))
             }),
             Property::<Self>::sometimes("a waiter is handed its permits by a message", |_, s| {
                 s.granted_by_message

@@ -86,8 +86,10 @@ pub struct Bounds {
     /// try and what it got given back (its release naming the request),
     /// while the wait goes on (under a fresh request, with grants), as the
     /// library does; start (only) where client 0's first attempt took its
-    /// permits and was given up on. Without, the wait ends.
-    pub resends: bool,
+    /// permits and was given up on. Without, the wait ends. The number is
+    /// how many of a client's attempts the background may hold at once (at
+    /// most [`PENDING`]).
+    pub resends: u8,
     pub depth: Option<usize>,
 }
 
@@ -116,6 +118,15 @@ pub enum Pending {
         token: u64,
         take: Option<Req>,
     },
+}
+
+/// The most attempts of one client in the background at once.
+pub const PENDING: usize = 2;
+
+/// A free place for one more attempt of client `cl` in the background,
+/// among the first `resends`.
+fn free_slot(cl: &ClientState, resends: u8) -> Option<usize> {
+    cl.pending[..usize::from(resends)].iter().position(Option::is_none)
 }
 
 /// The request id of a client's give-back of a read-write attempt.
@@ -219,9 +230,9 @@ pub struct ClientState {
     pub listen: Option<Listen>,
     /// With downgrades: the read hold taken while writing.
     pub reads: Option<Reads>,
-    /// With resends: an attempt given up on, in the background (one at a
-    /// time here).
-    pub pending: Option<Pending>,
+    /// With resends: attempts given up on, in the background
+    /// (`Bounds::resends` at once).
+    pub pending: [Option<Pending>; PENDING],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -290,8 +301,8 @@ pub enum Action {
     ForceSide(bool),
     /// The background's next step for client `c`'s given-up attempt (its
     /// re-send, or its give-back), or its loss.
-    PendingRuns(usize),
-    PendingLost(usize),
+    PendingRuns(usize, usize),
+    PendingLost(usize, usize),
     /// The server's clock jumps one tick ahead, or is set one tick back.
     JumpAhead,
     JumpBack,
@@ -332,7 +343,7 @@ impl FamilyModel {
                     pass_on: false,
                     listen: None,
                     reads: None,
-                    pending: None,
+                    pending: [None; PENDING],
                 })
                 .collect(),
             faults_left: self.bounds.faults,
@@ -904,10 +915,13 @@ impl FamilyModel {
     fn resend(&self, s: &mut State, c: usize, permit: Owner, req: Req) -> bool {
         let calls = self.bounds.calls;
         let cl = &mut s.clients[c];
-        if cl.pending.is_some() || !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+        let Some(i) = free_slot(cl, self.bounds.resends) else {
+            return false;
+        };
+        if !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
             return false;
         }
-        cl.pending = Some(Pending::Resend { permit, req });
+        cl.pending[i] = Some(Pending::Resend { permit, req });
         if let Some(w) = cl.wait.as_mut() {
             if cl.calls_left == 0 {
                 return false;
@@ -929,10 +943,13 @@ impl FamilyModel {
     /// (its next attempt a new request, as every read-write attempt is).
     fn resend_rw(&self, s: &mut State, c: usize, field: Field, req: Req) -> bool {
         let cl = &mut s.clients[c];
-        if cl.pending.is_some() || !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
+        let Some(i) = free_slot(cl, self.bounds.resends) else {
+            return false;
+        };
+        if !matches!(cl.phase, Phase::Idle | Phase::Waiting { .. }) {
             return false;
         }
-        cl.pending = Some(Pending::ResendRw { field, req });
+        cl.pending[i] = Some(Pending::ResendRw { field, req });
         cl.phase = Phase::Waiting { field };
         // A failed attempt is retried after a pause of its own
         // (`wait::Retries`), not when a message comes.
@@ -953,10 +970,10 @@ impl FamilyModel {
     /// The background's step for client `c`'s given-up attempt: its
     /// re-send (a try), then the give-back of what it got, naming the
     /// request.
-    fn background(&self, s: &mut State, c: usize) {
-        if let Some(Pending::ResendRw { field, .. } | Pending::GiveBackRw { field, .. }) = s.clients[c].pending {
+    fn background(&self, s: &mut State, c: usize, i: usize) {
+        if let Some(Pending::ResendRw { field, .. } | Pending::GiveBackRw { field, .. }) = s.clients[c].pending[i] {
             let was = Self::levels(s, field);
-            match s.clients[c].pending.take() {
+            match s.clients[c].pending[i].take() {
                 Some(Pending::ResendRw { field, req }) => {
                     let a = RwAcquire {
                         field,
@@ -968,7 +985,7 @@ impl FamilyModel {
                         mark: MARK,
                     };
                     if let AcquireReply::Granted { token, count } = s.server.rw_acquire(a, self.defect) {
-                        s.clients[c].pending = Some(Pending::GiveBackRw {
+                        s.clients[c].pending[i] = Some(Pending::GiveBackRw {
                             field,
                             token,
                             take: (count == 1).then_some(req),
@@ -1000,7 +1017,7 @@ impl FamilyModel {
             Self::post(s);
             return;
         }
-        match s.clients[c].pending.take() {
+        match s.clients[c].pending[i].take() {
             Some(Pending::Resend { permit, req }) => {
                 let a = SemAcquire {
                     permit,
@@ -1012,7 +1029,7 @@ impl FamilyModel {
                     ask: None,
                 };
                 if let AcquireReply::Granted { .. } = s.server.sem_acquire(a, self.defect) {
-                    s.clients[c].pending = Some(Pending::GiveBack { permit, req });
+                    s.clients[c].pending[i] = Some(Pending::GiveBack { permit, req });
                 }
             }
             Some(Pending::GiveBack { permit, req }) => {
@@ -1056,7 +1073,7 @@ impl Model for FamilyModel {
     /// and client 0 writing with two read waits behind it.
     fn init_states(&self) -> Vec<State> {
         let empty = self.empty();
-        if self.bounds.resends {
+        if self.bounds.resends > 0 {
             let o = owner_of(0, 0);
             return match self.bounds.roles[0] {
                 Role::Rw => vec![
@@ -1167,9 +1184,11 @@ impl Model for FamilyModel {
                 actions.push(Action::RunLeave(c));
                 actions.push(Action::LoseLeave(c));
             }
-            if cl.pending.is_some() {
-                actions.push(Action::PendingRuns(c));
-                actions.push(Action::PendingLost(c));
+            for (i, p) in cl.pending.iter().enumerate() {
+                if p.is_some() {
+                    actions.push(Action::PendingRuns(c, i));
+                    actions.push(Action::PendingLost(c, i));
+                }
             }
             let mut net = Vec::new();
             cl.line.offer(now, &mut net);
@@ -1257,12 +1276,12 @@ impl Model for FamilyModel {
                     // request, late) and its leave be lost.
                     s.unwoken = true;
                 }
-                if let (Op::Acquire(Field::Permit(p), _), true) = (call.op, self.bounds.resends) {
+                if let (Op::Acquire(Field::Permit(p), _), true) = (call.op, self.bounds.resends > 0) {
                     if self.resend(&mut s, c, p, call.req) {
                         return Some(self.finish(s));
                     }
                 }
-                if let (Op::Acquire(field, _), true) = (call.op, self.bounds.resends) {
+                if let (Op::Acquire(field, _), true) = (call.op, self.bounds.resends > 0) {
                     if !matches!(field, Field::Permit(_)) && self.resend_rw(&mut s, c, field, call.req) {
                         return Some(self.finish(s));
                     }
@@ -1381,8 +1400,8 @@ impl Model for FamilyModel {
                 }
                 s.unwoken = true;
             }
-            Action::PendingRuns(c) => self.background(&mut s, c),
-            Action::PendingLost(c) => s.clients[c].pending = None,
+            Action::PendingRuns(c, i) => self.background(&mut s, c, i),
+            Action::PendingLost(c, i) => s.clients[c].pending[i] = None,
         }
         Some(self.finish(s))
     }
@@ -1438,7 +1457,10 @@ impl Model for FamilyModel {
                 !m.bounds.downgrades || s.downgraded
             }),
             Property::<Self>::sometimes("a background give-back frees what its re-send took", |m, s| {
-                !m.bounds.resends || s.gave_back
+                m.bounds.resends == 0 || s.gave_back
+            }),
+            Property::<Self>::sometimes("two attempts of one client in the background at once", |m, s| {
+                m.bounds.resends < 2 || s.clients.iter().any(|c| c.pending.iter().all(Option::is_some))
             }),
             Property::<Self>::sometimes("a waiter is woken by a message", |m, s| {
                 !(m.bounds.wakes || m.bounds.grants) || s.woke
