@@ -876,6 +876,7 @@ const QUORUM: QuorumBounds = QuorumBounds {
     counters_apart: false,
     stale_part: false,
     jumps: 0,
+    forces: 0,
 };
 
 /// A master's clock jumping ahead, in place of the restart; one
@@ -922,6 +923,39 @@ fn the_quorum_keeps_its_other_properties_when_a_masters_clock_jumps() {
     };
     explore(
         &format!("QUORUM_JUMPS {bounds:?}"),
+        QuorumModel::new(bounds),
+        bounds.depth,
+    );
+}
+
+/// A force-unlock of one master's hold (`lockwarden unlock --force` sends
+/// one per master, any of which may be lost), in place of the restart;
+/// one acquisition each.
+const QUORUM_FORCE: QuorumBounds = QuorumBounds {
+    acquires: 1,
+    restarts: 0,
+    forces: 1,
+    depth: Some(10),
+    ..QUORUM
+};
+
+/// A force-unlock deletes a master's part of a hold without asking its
+/// holder: beside a hold on a bare majority, a second client can then
+/// hold (shown reachable, and excused while the forced holder's validity
+/// lasts, as a jump's cut); tokens still only grow, and no release frees
+/// another's hold (the forced holder's release names its token, and finds
+/// the other's hold on the forced master).
+#[test]
+fn the_quorum_keeps_its_other_properties_across_a_force_unlock() {
+    let long = std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some();
+    let bounds = QuorumBounds {
+        // The longer run: two acquisitions each, two steps deeper.
+        acquires: if long { 2 } else { QUORUM_FORCE.acquires },
+        depth: depth("QUORUM_FORCE", QUORUM_FORCE.depth, 2),
+        ..QUORUM_FORCE
+    };
+    explore(
+        &format!("QUORUM_FORCE {bounds:?}"),
         QuorumModel::new(bounds),
         bounds.depth,
     );

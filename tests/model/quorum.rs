@@ -9,7 +9,9 @@
 //! out (the client learns of the restart from its broken connection and
 //! the master's uptime). Each request to a master runs and is answered,
 //! runs with its reply lost, or is lost; late requests and re-sends are
-//! the single master's model's.
+//! the single master's model's. A force-unlock (`lockwarden unlock
+//! --force` over the masters: one `force_unlock.lua` per master, any of
+//! which may be lost) deletes a master's hold whoever holds it.
 
 use stateright::{Model, Property};
 
@@ -99,6 +101,8 @@ pub enum Action {
     Restart(usize),
     /// A master's clock jumps one tick ahead of the others'.
     JumpAhead(usize),
+    /// `force_unlock.lua` on a master: its hold deleted, whoever holds.
+    Force(usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -121,6 +125,10 @@ pub struct State {
     pub max_tokens: Vec<u64>,
     pub token_went_back: bool,
     pub jumps_left: u8,
+    pub forces_left: u8,
+    /// Ghost: per master, the clients (bit per client) whose part there a
+    /// force-unlock deleted while they held or asked.
+    pub forced: [u8; MASTERS],
     /// Ghost: per master, the clients (bit per client) whose part there
     /// a jump of its clock cut short, until their lease there is set
     /// again or they hold nothing.
@@ -141,6 +149,8 @@ pub struct Bounds {
     pub stale_part: bool,
     /// Jumps of a master's clock, one tick ahead, in all.
     pub jumps: u8,
+    /// Force-unlocks of one master's hold, in all.
+    pub forces: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -190,10 +200,28 @@ impl QuorumModel {
         })
     }
 
+    /// Whether a client holds with validity left while a force-unlock
+    /// deleted a part of its hold (which it does by design: the holder is
+    /// not asked).
+    pub fn holds_forced(s: &State) -> bool {
+        s.clients.iter().enumerate().any(|(c, cl)| {
+            s.forced.iter().any(|bits| bits & (1 << c) != 0)
+                && matches!(cl.phase, Phase::Held { valid_until, .. } if s.now < valid_until)
+        })
+    }
+
     /// Forgets the cuts that no longer shorten anything: a part whose
     /// lease was set again in full (a re-entry, a renewal), and every
-    /// part of a client that holds and asks for nothing.
+    /// part of a client that holds and asks for nothing; and the forced
+    /// parts of a client that no longer holds or asks.
     fn heal(s: &mut State) {
+        for bits in s.forced.iter_mut() {
+            for (c, cl) in s.clients.iter().enumerate() {
+                if cl.phase == Phase::Idle {
+                    *bits &= !(1 << c);
+                }
+            }
+        }
         for (m, bits) in s.cut.iter_mut().enumerate() {
             for (c, cl) in s.clients.iter().enumerate() {
                 let full = matches!(s.masters[m].server.lock,
@@ -248,11 +276,12 @@ impl QuorumModel {
         // Granted too late (no validity left), the attempt is undone as
         // one without a majority (`quorum::granted`).
         if let Some(token) = token.filter(|_| from + LEASE > s.now) {
-            // While a part cut short by a clock's jump counts toward a
-            // hold, two holds can overlap, and whichever is decided last
-            // may carry the lower token (the fencing tokens then refuse
-            // its writes after the other's): not counted as going back.
-            let overlapping = s.cut.iter().any(|&bits| bits != 0);
+            // While a part cut short by a clock's jump, or deleted by a
+            // force-unlock, counts toward a hold, two holds can overlap,
+            // and whichever is decided last may carry the lower token (the
+            // fencing tokens then refuse its writes after the other's): not
+            // counted as going back.
+            let overlapping = s.cut.iter().chain(&s.forced).any(|&bits| bits != 0);
             if s.max_tokens.iter().any(|&t| token <= t) && !overlapping {
                 s.token_went_back = true;
             }
@@ -351,6 +380,8 @@ impl Model for QuorumModel {
             token_went_back: false,
             jumps_left: self.bounds.jumps,
             cut: [0; MASTERS],
+            forces_left: self.bounds.forces,
+            forced: [0; MASTERS],
         };
         let reach = |steps: &[Action]| {
             steps
@@ -416,6 +447,13 @@ impl Model for QuorumModel {
             for m in 0..MASTERS {
                 if matches!(s.masters[m].server.lock, super::server::Key::Hold(_)) {
                     actions.push(Action::JumpAhead(m));
+                }
+            }
+        }
+        if s.forces_left > 0 {
+            for m in 0..MASTERS {
+                if matches!(s.masters[m].server.lock, super::server::Key::Hold(_)) {
+                    actions.push(Action::Force(m));
                 }
             }
         }
@@ -509,6 +547,13 @@ impl Model for QuorumModel {
                 }
                 s.masters[m].server.jump(1);
             }
+            Action::Force(m) => {
+                s.forces_left -= 1;
+                if let super::server::Key::Hold(h) = s.masters[m].server.lock {
+                    s.forced[m] |= 1 << h.owner;
+                }
+                s.masters[m].server.lock = super::server::Key::Absent;
+            }
         }
         Self::heal(&mut s);
         Some(s)
@@ -517,7 +562,7 @@ impl Model for QuorumModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::<Self>::always("never two holders with validity left", |_, s| {
-                QuorumModel::valid_holders(s) <= 1 || QuorumModel::holds_cut_short(s)
+                QuorumModel::valid_holders(s) <= 1 || QuorumModel::holds_cut_short(s) || QuorumModel::holds_forced(s)
             }),
             Property::<Self>::always("a release never frees another's hold", |_, s| {
                 s.masters.iter().all(|m| !m.server.freed_another)
@@ -533,6 +578,11 @@ impl Model for QuorumModel {
             // lets a second client in beside a hold on a bare majority.
             Property::<Self>::sometimes("a master's clock jumping ahead lets a second holder in", |m, s| {
                 m.bounds.jumps == 0 || QuorumModel::valid_holders(s) > 1
+            }),
+            // Bounds with force-unlocks have no jumps: only the force
+            // reaches this (a hold on a bare majority, one part forced).
+            Property::<Self>::sometimes("a force-unlock lets a second holder in", |m, s| {
+                m.bounds.forces == 0 || QuorumModel::valid_holders(s) > 1
             }),
         ]
     }
