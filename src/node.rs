@@ -55,6 +55,10 @@ pub(crate) struct Batch {
     /// Calls of the batchable scripts made and not answered yet.
     in_flight: AtomicUsize,
     queue: parking_lot::Mutex<Vec<Queued>>,
+    /// Held by a flush from taking the queue until its batches are handed
+    /// to the connection: flushes run in tasks of their own, and a later
+    /// one must not write its calls before an earlier one's.
+    order: parking_lot::Mutex<()>,
 }
 
 /// Counts a batchable call as under way until dropped: a direct call's
@@ -331,14 +335,28 @@ impl Node {
     async fn flush(&self) {
         // Lets the tasks that are ready now queue their calls first.
         tokio::task::yield_now().await;
-        let mut queued = std::mem::take(&mut *self.batch.queue.lock());
-        let mut batches = Vec::new();
-        while queued.len() > MAX_BATCH {
-            let rest = queued.split_off(MAX_BATCH);
-            batches.push(std::mem::replace(&mut queued, rest));
-        }
-        batches.push(queued);
-        futures::future::join_all(batches.into_iter().map(|b| self.send_batch(b))).await;
+        let mut sends = {
+            // The queue is taken and its batches handed to the connection
+            // (a call's first poll writes it to fred's queue, in order) in
+            // one go, under `order`: a call queued after one of these (a
+            // dropped acquire's re-send, marked as sent before, queues
+            // behind the first send still under way) goes out after it,
+            // even from a flush that started meanwhile in another task.
+            let _order = self.batch.order.lock();
+            let mut queued = std::mem::take(&mut *self.batch.queue.lock());
+            let mut batches = Vec::new();
+            while queued.len() > MAX_BATCH {
+                let rest = queued.split_off(MAX_BATCH);
+                batches.push(std::mem::replace(&mut queued, rest));
+            }
+            batches.push(queued);
+            let mut sends: Vec<_> = batches.into_iter().map(|b| Box::pin(self.send_batch(b))).collect();
+            let waker = futures::task::noop_waker();
+            let mut cx = std::task::Context::from_waker(&waker);
+            sends.retain_mut(|f| std::future::Future::poll(f.as_mut(), &mut cx).is_pending());
+            sends
+        };
+        futures::future::join_all(sends.iter_mut()).await;
     }
 
     /// One call for `calls`, and each its own reply: what its script
