@@ -20,6 +20,11 @@
 --          of an earlier read hold of the same owner never frees this one
 --          (absent or "": the hold keeps none, and any release of its
 --          owner is its own)
+-- ARGV[9]  the write side's waiting caller on one master: the first lease
+--          in ms of a direct grant to this wait (its ask, see below); left
+--          out when it does not ask for one
+-- ARGV[10] with ARGV[9]: the waiter's number for this attempt, kept in the
+--          ask and named back by the grant's message
 --
 -- Returns
 --   {1, token, count}  acquired at reentry depth count. A write hold's token
@@ -46,6 +51,16 @@
 -- (or rw_leave.lua) removes it. Expired readers are pruned first. A refusal of a
 -- waiting caller sets ':wait'. Replays: every grant records its reply at
 -- KEYS[3], which a re-send returns.
+--
+-- Direct grants to writers: a waiting writer refused with ARGV[9] leaves,
+-- beside its mark, the ask ':wa:<field>' = "<ms> <attempt> <KEYS[3]>"
+-- (a refusal without ARGV[9] takes its owner's ask back), and the release
+-- that leaves the lock free hands it the write hold (hand_to_writer,
+-- shared_rw.lua) with ':take' = KEYS[3]. The wait keeps its request id for
+-- its next attempts (re-sends, ARGV[4] not "1"), so an attempt after a
+-- grant whose message was lost finds the hold as its own: it answers
+-- {1, token, 1} and sets the hold's lease to ARGV[2] (never shortening).
+-- A take removes the owner's ask with its mark.
 --
 -- Every grant also writes 'mode' = 'lockwarden', the only field without a
 -- ':' that is not an owner: Redisson's read-write lock takes a hash
@@ -115,6 +130,14 @@ if read then
 end
 
 local deadline = string.format('%d', now + lease)
+if writer == me and ARGV[4] ~= '1' and f[':take'] == KEYS[3] then
+  -- A release handed this waiting request the write hold: its lease now.
+  if tonumber(f[':' .. me]) < now + lease then
+    redis.call('HSET', KEYS[1], ':' .. me, deadline)
+  end
+  redis.call('PEXPIRE', KEYS[1], lease, 'GT')
+  return {1, tonumber(f[':token']), 1}
+end
 if writer == me then
   local count = redis.call('HINCRBY', KEYS[1], me, 1)
   if tonumber(f[':' .. me]) < now + lease then
@@ -131,6 +154,11 @@ if writer or readers > 0 then
     -- The mark has its own deadline; the hash's TTL only has to outlast
     -- it (the holders' leases are their own fields, never the TTL).
     redis.call('HSET', KEYS[1], ':ww:' .. me, string.format('%d', now + tonumber(ARGV[7])))
+    if ARGV[9] then
+      redis.call('HSET', KEYS[1], ':wa:' .. me, ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. KEYS[3])
+    elseif f[':wa:' .. me] then
+      redis.call('HDEL', KEYS[1], ':wa:' .. me)
+    end
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]), 'GT')
   end
   return refuse(writer and s.writer_left or s.soonest)
@@ -138,6 +166,6 @@ end
 local token, refusal2 = next_token(2)
 if not token then return refusal2 end
 redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token), ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
-redis.call('HDEL', KEYS[1], ':ww:' .. me)
+redis.call('HDEL', KEYS[1], ':ww:' .. me, ':wa:' .. me)
 cover(s, lease)
 return grant(token, 1)

@@ -7,14 +7,24 @@
 -- ARGV[1]  the writer's owner field
 -- ARGV[2]  "SPUBLISH" on a cluster, anything else for PUBLISH
 -- ARGV[3]  the message to publish when readers may go on
+-- KEYS[4]  the lock's fencing-token counter, with ARGV[4..]: the request
+--          records the wait's asks for direct grants named (its current
+--          request's and those it gave up on after an unknown outcome)
 --
--- Returns 1 when the mark was there, 0 otherwise (leaving is idempotent);
--- error "WRONGTYPE <type> 1", or the server's own refusal.
+-- Returns 1 when the mark was there (or a grant was given back), 0
+-- otherwise (leaving is idempotent); error "WRONGTYPE <type> 1", or the
+-- server's own refusal.
 --
--- Side effects: HDEL of the mark. When it was the last mark and no writer
--- holds the lock, waiting readers are told, and waiting writers too when
--- no reader holds it (tell_sides, if ':wait' says one listens); a hash
--- left without holders or marks is deleted.
+-- Side effects: HDEL of the mark and the writer's ask. With ARGV[4..], a
+-- write hold a release handed to one of those requests (its ':take') is
+-- given back, one level (a level above it is a later wait's of the same
+-- owner, which re-entered it); and the mark stays when the ask beside it
+-- names none of them: it is a later wait's of the same owner, and this
+-- leave came late. When the last mark went and no writer holds the lock,
+-- waiting readers are told, and waiting writers too when no reader holds
+-- it (tell_sides, if ':wait' says one listens); a lock a give-back left
+-- free goes to another waiting writer's ask first (hand_to_writer); a
+-- hash left without holders or marks is deleted.
 
 local now = now_ms()
 local s, refusal, other = snapshot(now, 'rw')
@@ -22,19 +32,42 @@ if not s then
   if other then return 0 end
   return refusal
 end
-local mark = ':ww:' .. ARGV[1]
-if not s.f[mark] then return 0 end
-redis.call('HDEL', KEYS[1], mark)
-s.f[mark] = nil
-local others = false
-for k, _ in pairs(s.f) do
-  if string.sub(k, 1, 4) == ':ww:' then others = true end
-end
-if not others and not s.writer then
-  if s.readers == 0 then
-    redis.call('DEL', KEYS[1])
+local me = ARGV[1]
+local mark, ask = ':ww:' .. me, ':wa:' .. me
+local mine = {}
+for i = 4, #ARGV do mine[ARGV[i]] = true end
+local gave = false
+if s.writer == me and s.f[':take'] and mine[s.f[':take']] then
+  if s.f[me] == '1' then
+    redis.call('HDEL', KEYS[1], me, ':token', ':' .. me, ':take')
+    s.writer = nil
+  else
+    redis.call('HINCRBY', KEYS[1], me, -1)
   end
-  s.ww = 0 -- no mark is left
-  tell_sides(s, now, s.readers == 0, 3, ARGV[2], ARGV[3])
+  gave = true
 end
+local asked = s.f[ask] and string.match(s.f[ask], '^%d+ %d+ (%S+)$')
+if s.f[mark] and (#ARGV < 4 or not asked or mine[asked]) then
+  redis.call('HDEL', KEYS[1], mark, ask)
+  s.f[mark] = nil
+  s.f[ask] = nil
+elseif not gave then
+  return 0
+end
+local others, ww = false, 0
+for k, v in pairs(s.f) do
+  if string.sub(k, 1, 4) == ':ww:' then
+    others = true
+    ww = math.max(ww, tonumber(v))
+  end
+end
+if s.writer or (others and not gave) then return 1 end
+if s.readers == 0 and others and KEYS[4] and hand_to_writer(s, now, 4, 3, ARGV[2]) then
+  return 1
+end
+if s.readers == 0 and not others then
+  redis.call('DEL', KEYS[1])
+end
+s.ww = ww -- the marks left
+tell_sides(s, now, s.readers == 0, 3, ARGV[2], ARGV[3])
 return 1

@@ -4,6 +4,8 @@
 -- KEYS[2]  the lock's unlock channel (its readers listen there)
 -- KEYS[3]  this request's replay record (lives ARGV[3] ms)
 -- KEYS[4]  the lock's writers' channel (its waiting writers listen there)
+-- KEYS[5]  the lock's fencing-token counter (a direct grant's token; left
+--          out, no direct grants)
 -- ARGV[1]  the caller's field (as rw_acquire.lua)
 -- ARGV[2]  lease in ms to re-apply while levels remain, 0 to leave it
 -- ARGV[3]  replay-record lifetime in ms (> 0)
@@ -30,7 +32,9 @@
 -- someone listens, the side that can get in is told (tell_sides): the
 -- writers once the lock is free, the readers once it is free or a writer
 -- leaves only readers behind, unless a waiting writer's mark holds new
--- readers back (they would only be refused again).
+-- readers back (they would only be refused again). A release that leaves
+-- the lock free hands it to a waiting writer that left an ask instead
+-- (hand_to_writer, shared_rw.lua), and tells nobody else.
 -- Every reply is recorded at KEYS[3] but a write release that freed the
 -- lock with its token given: a later write hold has a higher token, and a
 -- replay finds no hold to touch.
@@ -79,7 +83,7 @@ if read then
   redis.call('HDEL', KEYS[1], me, ':' .. me, ':q:' .. me)
   readers = readers - 1
 else
-  redis.call('HDEL', KEYS[1], me, ':token', ':' .. me)
+  redis.call('HDEL', KEYS[1], me, ':token', ':' .. me, ':take')
   writer = nil
   wake = readers > 0
 end
@@ -87,6 +91,9 @@ if not writer and readers == 0 then
   redis.call('DEL', KEYS[1])
   keep_marks(s, now)
   wake, free = true, true
+end
+if free and KEYS[5] and hand_to_writer(s, now, 5, 4, ARGV[6]) then
+  wake = false
 end
 if wake then
   tell_sides(s, now, free, 4, ARGV[6], ARGV[4])

@@ -24,6 +24,14 @@
 --                     unless it renews it: new readers queue behind it
 --                     (writer preference); it goes when the writer takes
 --                     the lock or gives up (rw_leave.lua)
+--   ':wa:<owner field>'  that waiting writer's ask for a direct grant
+--                     (one master): "<ms> <attempt> <record key>", the
+--                     grant's first lease, the number of the attempt that
+--                     left it and that attempt's request record; it lives
+--                     and goes with the writer's mark (hand_to_writer)
+--   ':take'           the request record of the waiting writer a release
+--                     handed the write hold to (hand_to_writer): that
+--                     request's next attempt finds the hold as its own
 --   ':wait'           a listening waiter was refused: the unlock publishes
 -- and 'mode' = 'lockwarden' (the read-write lock's, not an owner: it
 -- keeps Redisson's read-write lock out, see rw_acquire.lua).
@@ -55,6 +63,19 @@
 --                   publishes message on KEYS[2] (SPUBLISH when how says
 --                   so) if s has ':wait' (a waiter listens); a refused
 --                   PUBLISH only leaves waiters to their lease bound
+-- hand_to_writer(s, now, counter, writers, how)
+--                   on a free lock (no live holder left, the hash as
+--                   keep_marks left it): hands the write hold to a waiting
+--                   writer that left an ask beside its live mark (the
+--                   first by field), as its own attempt would have taken
+--                   it (next token of KEYS[counter], count 1), with
+--                   ':take' naming its record, a lease of the ask's ms cut
+--                   to the mark's end (a writer that stopped holds the
+--                   name no longer than its mark held readers back), its
+--                   mark and ask gone; and says so on the writers' channel
+--                   KEYS[writers]: "g <token> <ms> <record key> <attempt>".
+--                   Returns whether it granted (not when no writer asked,
+--                   or the counter is not a string)
 -- tell_sides(s, now, free, writers, how, message)
 --                   the read-write lock's wake-up, if s has ':wait' (a
 --                   waiter listens): message on the writers' channel
@@ -87,8 +108,13 @@ local function snapshot(now, kind)
     if string.sub(k, 1, 4) == ':ww:' then
       local d = tonumber(v)
       if d <= now then
-        redis.call('HDEL', KEYS[1], k)
+        -- The writer stopped renewing its mark: its ask goes with it.
+        local ask = ':wa:' .. string.sub(k, 5)
+        redis.call('HDEL', KEYS[1], k, ask)
         f[k] = nil
+        -- (Only a field that exists is cleared while pairs() walks f: in
+        -- Lua 5.1 a nil stored at a new key may rehash the table.)
+        if f[ask] then f[ask] = nil end
       elseif d > s.ww then
         s.ww = d
       end
@@ -99,8 +125,9 @@ local function snapshot(now, kind)
         if is_reader(k) then
           redis.call('HDEL', KEYS[1], k, ':' .. k, ':q:' .. k)
         else
-          redis.call('HDEL', KEYS[1], k, ':' .. k, ':token')
-          f[':token'] = nil
+          redis.call('HDEL', KEYS[1], k, ':' .. k, ':token', ':take')
+          if f[':token'] then f[':token'] = nil end
+          if f[':take'] then f[':take'] = nil end
         end
         f[k] = nil
         f[':' .. k] = nil
@@ -120,6 +147,10 @@ local function keep_marks(s, now)
   for k, v in pairs(s.f) do
     if string.sub(k, 1, 4) == ':ww:' then
       redis.call('HSET', KEYS[1], k, v, ':kind', 'rw', 'mode', 'lockwarden')
+      local ask = ':wa:' .. string.sub(k, 5)
+      if s.f[ask] then
+        redis.call('HSET', KEYS[1], ask, s.f[ask])
+      end
     end
   end
   if s.ww > now then
@@ -153,4 +184,34 @@ local function tell_sides(s, now, free, writers, how, message)
   if s.ww <= now then
     redis.pcall(publish, KEYS[2], message)
   end
+end
+
+local function hand_to_writer(s, now, counter, writers, how)
+  local to, ask
+  for k, v in pairs(s.f) do
+    if string.sub(k, 1, 4) == ':wa:' then
+      local w = string.sub(k, 5)
+      if s.f[':ww:' .. w] and (not to or w < to) then
+        to, ask = w, v
+      end
+    end
+  end
+  if not to then return false end
+  local ms, n, rec = string.match(ask, '^(%d+) (%d+) (%S+)$')
+  if not ms then return false end
+  local token = next_token(counter)
+  if not token then return false end
+  token = string.format('%d', token)
+  ms = math.min(tonumber(ms), tonumber(s.f[':ww:' .. to]) - now)
+  local ms_text = string.format('%d', ms)
+  redis.call('HDEL', KEYS[1], ':ww:' .. to, ':wa:' .. to)
+  s.f[':ww:' .. to] = nil
+  s.f[':wa:' .. to] = nil
+  redis.call('HSET', KEYS[1], to, '1', ':token', token, ':' .. to, string.format('%d', now + ms),
+    ':take', rec, ':kind', 'rw', 'mode', 'lockwarden')
+  -- The hash's TTL (keep_marks: to the latest mark, the grantee's
+  -- included) already outlasts the grant's lease, cut to that mark's end.
+  redis.pcall(how == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', KEYS[writers],
+    'g ' .. token .. ' ' .. ms_text .. ' ' .. rec .. ' ' .. n)
+  return true
 end

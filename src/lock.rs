@@ -565,7 +565,11 @@ impl Lock {
                 let will_wait = wait != Some(Duration::ZERO);
                 crate::wait::wait(t, &pin, lease, deadline, Shared::new(will_wait)).await
             }
-            Kind::Write => crate::wait::wait(t, &pin, lease, deadline, WriteWait::new(t, &pin.owner.field)).await,
+            Kind::Write => {
+                let will_wait = wait != Some(Duration::ZERO);
+                let policy = WriteWait::new(t, &pin.owner.field, will_wait, lease);
+                crate::wait::wait(t, &pin, lease, deadline, policy).await
+            }
         }
     }
 }

@@ -8,14 +8,28 @@
 //! (told only when the lock is free, so a writer is not woken to be
 //! refused by readers, nor readers to be refused by a writer's mark) and
 //! keeps alive, while it waits, its mark that holds new readers back.
+//!
+//! On one master (without replica or disk confirmations) a waiting writer
+//! also asks to be handed the lock: the release that leaves the lock free
+//! makes the write hold the writer's attempt would have made and says so
+//! on the writers' channel (`lua/shared_rw.lua`, `hand_to_writer`), which
+//! saves the writer's attempt. The wait keeps one request id for its
+//! attempts, so a grant whose message is lost is found by its next
+//! attempt; stopping without the lock, it takes its mark and ask back and
+//! gives back a grant it never learned of.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::Core;
 use crate::error::Result;
 use crate::keys::Str;
+use crate::protocol::LockKeys;
 use crate::pubsub::Interest;
-use crate::wait::{Channel, LeaveOnExit, Outcome, Policy, Refusal, Request, Shared, Target};
+use crate::settings::Lease;
+use crate::wait::{Channel, LeaveOnExit, Message, Outcome, Policy, Refusal, Request, Shared, Target, Wake};
 
 /// The write side's policy: the readers' (`wait::Shared`) on the writers'
 /// channel, a pause short enough
@@ -30,17 +44,60 @@ pub(crate) struct WriteWait {
     /// Armed while an attempt may have left the mark and nothing took it
     /// back yet.
     mark: LeaveOnExit,
+    core: Arc<Core>,
+    keys: Arc<LockKeys>,
+    /// The wait may ask for direct grants; its request id once it listens
+    /// (an uncontended lock never needs one), and the grants' first lease.
+    grants: bool,
+    request: Option<String>,
+    grant_lease: Duration,
+    /// An attempt carried `request` (an ask, or a grant to it, may exist).
+    asked: AtomicBool,
 }
 
 impl WriteWait {
-    pub(crate) fn new(t: Target<'_>, owner: &Str) -> WriteWait {
+    /// The wait of `owner` (its client's own owners only ask for grants);
+    /// `will_wait`: more than one attempt, with `lease`.
+    pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> WriteWait {
+        let core = t.core;
+        let own = owner
+            .strip_prefix(&*core.uuid)
+            .is_some_and(|rest| rest.starts_with(':'));
+        // A grant is written by the release: only one master, and no
+        // confirmation that only the waiter's own write could wait for.
+        let grants = will_wait && own && core.members.len() == 1 && !core.settings.confirmed_writes;
+        let lease = match lease {
+            Lease::Watchdog => core.settings.watchdog_lease,
+            Lease::Fixed(d) => d,
+        };
         WriteWait {
             // Its channel is never open before the first attempt (see
             // `channel`), so whether it waits does not matter.
             inner: Shared::new(false),
-            refresh: t.core.settings.waiter_timeout / 3,
+            refresh: core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
+            core: core.clone(),
+            keys: t.keys.clone(),
+            grants,
+            request: None,
+            // A stopped grantee holds the lock no longer than its mark
+            // would have held readers back.
+            grant_lease: lease.min(core.settings.waiter_timeout),
+            asked: AtomicBool::new(false),
         }
+    }
+
+    fn asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
+    }
+
+    /// A fresh request id for the wait's asks from now on; the leave names
+    /// every one (a grant to an earlier one may still come).
+    fn fresh_request(&mut self) {
+        let id = crate::keys::fresh_request_id();
+        self.mark.asked.push(id.clone());
+        self.request = Some(id);
+        self.asked.store(false, Ordering::Relaxed);
     }
 }
 
@@ -65,13 +122,42 @@ impl Policy for WriteWait {
         interest: &Interest,
         first: Option<bool>,
     ) -> impl Future<Output = Result<bool>> + Send {
-        let stands = self.inner.turn(t, interest, first);
+        if self.grants && self.request.is_none() {
+            self.fresh_request();
+        }
         self.mark.arm();
-        stands
+        self.inner.turn(t, interest, first)
     }
 
     fn request(&self) -> Request<'_> {
-        self.inner.request()
+        let mut request = self.inner.request();
+        if let (Some(id), true) = (&self.request, request.waiting.waits()) {
+            request.grant_to = Some((id, &self.core.uuid));
+            request.grant_lease = Some(self.grant_lease);
+            request.sent_before = self.asked.swap(true, Ordering::Relaxed);
+        }
+        request
+    }
+
+    /// A grant to this wait's request is its lock. Any other message
+    /// (a grant to another writer included) wakes it to look: a message
+    /// is never taken for nothing, so none is lost to a wait that cannot
+    /// use it.
+    fn on_wake(&mut self, m: Message<'_>) -> Wake {
+        let grant = m.payload.as_deref().and_then(crate::wait::parse_grant);
+        if let (Some((token, ms, rec, n)), Some(id)) = (grant, &self.request) {
+            if self.asked() && rec == &*crate::protocol::record(&self.keys, id) {
+                let t = Target {
+                    core: &self.core,
+                    keys: &self.keys,
+                };
+                if let Some(guard) = crate::wait::claim_grant(t, &m, id, token, ms, n) {
+                    self.mark.disarm();
+                    return Wake::Granted(guard);
+                }
+            }
+        }
+        Wake::Attempt
     }
 
     fn pause(&mut self, _refusal: &Refusal, bound: Duration) -> Duration {
@@ -91,7 +177,16 @@ impl Policy for WriteWait {
                 false
             }
             Outcome::GaveUp => true,
-            Outcome::Failed(_) | Outcome::Split => false,
+            Outcome::Failed(e) => {
+                // The attempt may have run: its request's ask (or a grant
+                // to it) may stand, and the quorum layer gives back what it
+                // got. The wait goes on under a fresh id.
+                if self.request.is_some() && e.is_outcome_unknown() {
+                    self.fresh_request();
+                }
+                false
+            }
+            Outcome::Split => false,
         };
         async move {
             if give_up {

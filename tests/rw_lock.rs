@@ -880,11 +880,12 @@ async fn slow_client(server: &RedisServer) -> lockwarden::Result<lockwarden::Cli
         .await
 }
 
-/// The last reader's release, with a writer waiting, tells the writers'
-/// channel only: the readers waiting behind the writer's mark are not woken
-/// to be refused again (each would make an attempt), and the writer is woken
-/// by the message, not by its pause. The writer's release then lets the
-/// readers in, again by a message.
+/// The last reader's release, with a writer waiting, hands the writer the
+/// lock and tells the writers' channel only: the readers waiting behind the
+/// writer's mark are not woken to be refused again (each would make an
+/// attempt), and the writer takes the lock from the message, without an
+/// attempt of its own (nor waiting for its pause). The writer's release
+/// then lets the readers in, again by a message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it() {
     bounded(BOUND, async {
@@ -925,9 +926,13 @@ async fn the_last_readers_release_wakes_the_writer_and_not_the_readers_behind_it
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(
             server.command_calls("evalsha") - calls,
-            2,
-            "the release and the writer's attempt, no reader's"
+            1,
+            "the release alone: no attempt of the writer's, no reader's"
         );
+        // The hold the release made is the writer's, at one level.
+        let field = wg.owner().field().to_string();
+        assert_eq!(server.cmd(&["HGET", "turns", &field]).as_str(), Some("1"));
+        assert_eq!(marks(&server, "turns"), 0, "the writer's mark went with the grant");
         wg.unlock().await.unwrap();
         for h in waiting {
             let g = tokio::time::timeout(Duration::from_secs(3), h)
@@ -988,6 +993,229 @@ async fn a_reader_on_a_channel_its_client_has_open_makes_one_attempt() {
                     .unwrap();
             }
         }
+    })
+    .await
+}
+
+/// The fields of the write side's direct grant machinery in the hash: the
+/// waiting writers' asks (`:wa:<field>`), and the write hold's `:take`.
+fn asks(server: &RedisServer, key: &str) -> Vec<(String, String)> {
+    let all = server.cmd(&["HGETALL", key]).strings();
+    all.chunks(2)
+        .filter(|kv| kv[0].starts_with(":wa:"))
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect()
+}
+
+/// The server's clock, in ms.
+fn server_ms(server: &RedisServer) -> i64 {
+    let t = server.cmd(&["TIME"]).strings();
+    t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
+}
+
+/// A writer waiting behind a reader, its ask left beside its mark; the
+/// writer's client reaches the server through `proxy` and looks again
+/// every third of `waiter_timeout`.
+async fn asking_writer(
+    server: &RedisServer,
+    proxy: &Proxy,
+    name: &'static str,
+    waiter_timeout: Duration,
+) -> (
+    lockwarden::Client,
+    tokio::task::JoinHandle<lockwarden::Result<Option<lockwarden::LockGuard>>>,
+) {
+    let c = lockwarden::Client::builder(&proxy.url())
+        .watchdog_lease(LONG)
+        .fair_waiter_timeout(waiter_timeout)
+        .build()
+        .await
+        .unwrap();
+    let w = c.rw_lock(name).unwrap().write();
+    let writer = tokio::spawn(async move { w.try_lock(LONG, Some(LONG)).await });
+    assert!(eventually(Duration::from_secs(5), || asks(server, name).len() == 1).await);
+    (c, writer)
+}
+
+/// The release that leaves the lock free hands it to the waiting writer
+/// even when the message saying so is lost on the way: the hold is the
+/// writer's from the release on, and the writer's next attempt finds it as
+/// its own (one level, not a second one) and sets its own lease on it (the
+/// grant's first lease is only the writer's mark's time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_grant_whose_message_is_lost_is_found_by_its_next_attempt() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let holder = client(&server.url(), LONG).await;
+        let held = holder
+            .rw_lock("lost-grant")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free");
+        let (_c, writer) = asking_writer(&server, &proxy, "lost-grant", Duration::from_secs(3)).await;
+        let (field, ask) = asks(&server, "lost-grant").remove(0);
+        let field = field.trim_start_matches(":wa:").to_string();
+        let rec = ask.split(' ').nth(2).expect("the ask's record").to_string();
+        proxy.hold_messages();
+        held.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["HGET", "lost-grant", &field]).as_str(),
+            Some("1"),
+            "the release made the writer's hold"
+        );
+        assert_eq!(
+            server.cmd(&["HGET", "lost-grant", ":take"]).as_str(),
+            Some(rec.as_str())
+        );
+        let first = server
+            .cmd(&["HGET", "lost-grant", &format!(":{field}")])
+            .as_str()
+            .unwrap()
+            .parse::<i64>()
+            .unwrap();
+        assert!(
+            first - server_ms(&server) <= 3_000,
+            "the grant's first lease is the mark's time"
+        );
+        let g = tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .expect("the writer's next attempt found its grant")
+            .unwrap()
+            .unwrap()
+            .expect("the write lock");
+        assert_eq!(g.owner().field(), field);
+        assert_eq!(
+            server.cmd(&["HGET", "lost-grant", &field]).as_str(),
+            Some("1"),
+            "one level: the attempt found the grant as its own"
+        );
+        let deadline = server
+            .cmd(&["HGET", "lost-grant", &format!(":{field}")])
+            .as_str()
+            .unwrap()
+            .parse::<i64>()
+            .unwrap();
+        assert!(deadline - server_ms(&server) > 10_000, "its own lease now");
+        proxy.pass_messages();
+        g.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "lost-grant"]).as_int(), Some(0), "nothing left");
+    })
+    .await
+}
+
+/// A writer's wait dropped after a release handed it the lock, before it
+/// learned of it (the message held up), gives the hold back: the name is
+/// free again at once, not at the end of the grant's first lease (30 s
+/// here, the mark's time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_writers_wait_gives_back_a_grant_it_never_learned_of() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let holder = client(&server.url(), LONG).await;
+        let held = holder
+            .rw_lock("given-back")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free");
+        let (_c, writer) = asking_writer(&server, &proxy, "given-back", LONG).await;
+        let field = asks(&server, "given-back")
+            .remove(0)
+            .0
+            .trim_start_matches(":wa:")
+            .to_string();
+        proxy.hold_messages();
+        held.unlock().await.unwrap();
+        assert_eq!(
+            server.cmd(&["HGET", "given-back", &field]).as_str(),
+            Some("1"),
+            "granted"
+        );
+        writer.abort();
+        assert!(writer.await.unwrap_err().is_cancelled());
+        assert!(
+            eventually(Duration::from_secs(3), || server
+                .cmd(&["EXISTS", "given-back"])
+                .as_int()
+                == Some(0))
+            .await,
+            "the grant given back, and nothing else left"
+        );
+        let other = client(&server.url(), LONG).await;
+        let g = other
+            .rw_lock("given-back")
+            .unwrap()
+            .write()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free at once");
+        g.unlock().await.unwrap();
+        proxy.pass_messages();
+    })
+    .await
+}
+
+/// A writer's leave that comes late, after its task waits again, leaves
+/// the later wait's mark and ask alone (that ask names another request),
+/// so readers stay held back for it; the leave of the later wait's own
+/// request takes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_leave_of_an_earlier_write_wait_leaves_the_next_wait_of_its_owner_alone() {
+    const LEAVE: &str = concat!(
+        include_str!("../lua/shared.lua"),
+        include_str!("../lua/shared_rw.lua"),
+        include_str!("../lua/rw_leave.lua")
+    );
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let holder = client(&server.url(), LONG).await;
+        let held = holder
+            .rw_lock("late-leave")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free");
+        let (_c, writer) = asking_writer(&server, &Proxy::start(server.port).await, "late-leave", LONG).await;
+        let (ask_field, ask) = asks(&server, "late-leave").remove(0);
+        let owner = ask_field.trim_start_matches(":wa:").to_string();
+        let rec = ask.split(' ').nth(2).expect("the ask's record").to_string();
+        let leave = |rec: &str| {
+            server.cmd(&[
+                "EVAL",
+                LEAVE,
+                "4",
+                "late-leave",
+                "lockwarden:{late-leave}:channel",
+                "lockwarden:{late-leave}:writers",
+                "lockwarden:{late-leave}:token",
+                &owner,
+                "PUBLISH",
+                "0",
+                rec,
+            ])
+        };
+        assert_eq!(leave("lockwarden:{late-leave}:req:an-earlier-request"), Reply::Int(0));
+        assert_eq!(marks(&server, "late-leave"), 1, "the later wait keeps its mark");
+        assert_eq!(
+            asks(&server, "late-leave"),
+            vec![(ask_field.clone(), ask.clone())],
+            "and its ask"
+        );
+        assert_eq!(leave(&rec), Reply::Int(1), "its own request's leave");
+        assert_eq!(marks(&server, "late-leave"), 0);
+        assert!(asks(&server, "late-leave").is_empty());
+        writer.abort();
+        held.unlock().await.unwrap();
     })
     .await
 }

@@ -36,20 +36,28 @@ impl Protocol for Side {
         !self.read
     }
 
+    /// A waiting writer on one master (`a.grant_lease`) leaves an ask
+    /// beside its mark, so the release that frees the lock hands it the
+    /// write hold (`lua/rw_acquire.lua`, ARGV[9] and ARGV[10]).
     fn acquire<'a>(&self, keys: &'a LockKeys, rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
+        let mut args = vec![
+            name(a.owner),
+            ms(a.lease).into(),
+            ms(env.record_ttl).into(),
+            first_send_flag(!a.resent),
+            lit(a.waiting.arg()),
+            lit(if self.read { "read" } else { "write" }),
+            ms(env.waiter_timeout).into(),
+            a.request.into(),
+        ];
+        if let (false, true, Some(first)) = (self.read, a.waiting.waits(), a.grant_lease) {
+            args.push(ms(first).into());
+            args.push((a.attempt as i64).into());
+        }
         Call {
             script: &RW_ACQUIRE,
             keys: vec![&keys.lock, &keys.token, rec],
-            args: vec![
-                name(a.owner),
-                ms(a.lease).into(),
-                ms(env.record_ttl).into(),
-                first_send_flag(!a.resent),
-                lit(a.waiting.arg()),
-                lit(if self.read { "read" } else { "write" }),
-                ms(env.waiter_timeout).into(),
-                a.request.into(),
-            ],
+            args,
             first_send: Some(3),
         }
     }
@@ -57,7 +65,9 @@ impl Protocol for Side {
     fn release<'a>(&self, keys: &'a LockKeys, rec: &'a Str, r: &Release<'_>, env: &Env) -> Call<'a> {
         Call {
             script: &RW_RELEASE,
-            keys: vec![&keys.lock, &keys.channel, rec, &keys.writers],
+            // KEYS[5], the counter: a release that frees the lock may hand
+            // it to a waiting writer.
+            keys: vec![&keys.lock, &keys.channel, rec, &keys.writers, &keys.token],
             args: {
                 // ARGV[8]: the read hold's identity (rw_release.lua).
                 let mut args = channel_release_args(r, env);
@@ -72,19 +82,25 @@ impl Protocol for Side {
         vec![&RW_ACQUIRE, &RW_RELEASE, &RW_LEAVE]
     }
 
-    /// A waiting writer gives up: its mark goes. Readers leave nothing.
+    /// A waiting writer gives up: its mark goes, with its ask and a write
+    /// hold a release handed to one of the `asked` requests that the wait
+    /// never learned of. A mark whose ask names none of them is a later
+    /// wait's of the same owner, and stays. Readers leave nothing.
     fn leave<'a>(
         &self,
         keys: &'a LockKeys,
         owner: &Str,
         _rec: Option<&'a Str>,
-        _asked: &[String],
+        asked: &[String],
         env: &Env,
     ) -> Option<Call<'a>> {
         (!self.read).then(|| Call {
             script: &RW_LEAVE,
-            keys: vec![&keys.lock, &keys.channel, &keys.writers],
-            args: vec![name(owner), lit(env.publish), lit(UNLOCK_MESSAGE)],
+            keys: vec![&keys.lock, &keys.channel, &keys.writers, &keys.token],
+            args: [name(owner), lit(env.publish), lit(UNLOCK_MESSAGE)]
+                .into_iter()
+                .chain(asked.iter().map(|id| name(&super::record(keys, id))))
+                .collect(),
             first_send: None,
         })
     }
