@@ -166,6 +166,8 @@ end
 local token, refusal2 = next_token(2)
 if not token then return refusal2 end
 redis.call('HSET', KEYS[1], me, '1', ':token', string.format('%d', token), ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden')
-redis.call('HDEL', KEYS[1], ':ww:' .. me, ':wa:' .. me)
+-- A ':take' a renewal left behind (it prunes a dead writer's own fields
+-- only) names an earlier hold's request: never this hold's.
+redis.call('HDEL', KEYS[1], ':ww:' .. me, ':wa:' .. me, ':take')
 cover(s, lease)
 return grant(token, 1)

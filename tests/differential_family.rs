@@ -70,6 +70,9 @@ const SEM_LEAVE: &str = concat!(
 );
 
 const LEASES: [i32; 3] = [100_000, 200_000, 300_000];
+/// A waiting writer's asked first lease: shorter than its mark, or longer
+/// (the grant's is then cut to the mark's end).
+const WRITER_GRANTS: [i32; 2] = [20_000, 400_000];
 const MARK: i32 = 150_000;
 const KEEP: i32 = 60_000;
 /// The semaphore handle's number.
@@ -124,6 +127,10 @@ enum Step {
         resent: bool,
         lease: usize,
         waits: bool,
+        /// A waiting writer's ask for a direct grant: its first lease
+        /// (`WRITER_GRANTS`), and the attempt's number.
+        ask: Option<usize>,
+        attempt: u32,
     },
     RwRelease {
         owner: u8,
@@ -135,9 +142,16 @@ enum Step {
         /// Name the current read hold's take (else an older request, or "").
         take: u8,
         relet: bool,
+        /// The counter's key given: the release may hand the lock to a
+        /// waiting writer.
+        grants: bool,
     },
+    /// A waiting writer's leave, naming (bit 0) its latest acquire
+    /// request and (bit 1) its first one; none: the old rule, without the
+    /// counter's key.
     RwLeave {
         owner: u8,
+        named: u8,
     },
     SemAcquire {
         client: u8,
@@ -186,11 +200,10 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..3usize, any::<bool>())
-            .prop_map(|(owner, read, which, resent, lease, waits)| Step::RwAcquire { owner, read, which, resent, lease, waits }),
-        4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>())
-            .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
-        1 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
+        6 => rw_acquire(0.2, 0.5),
+        4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>(), any::<bool>())
+            .prop_map(|(owner, read, which, resent, token, take, relet, grants)| Step::RwRelease { owner, read, which, resent, token, take, relet, grants }),
+        1 => (0..3u8, 0..4u8).prop_map(|(owner, named)| Step::RwLeave { owner, named }),
         6 => sem_acquire(),
         3 => sem_release(0.8),
         1 => sem_leave(),
@@ -212,11 +225,10 @@ fn step() -> impl Strategy<Value = Step> {
 /// more often than among the semaphore's steps.
 fn rw_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..3usize, prop::bool::weighted(0.8))
-            .prop_map(|(owner, read, which, resent, lease, waits)| Step::RwAcquire { owner, read, which, resent, lease, waits }),
-        5 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..2u8, 0..2u8, any::<bool>())
-            .prop_map(|(owner, read, which, resent, token, take, relet)| Step::RwRelease { owner, read, which, resent, token, take, relet }),
-        2 => (0..3u8).prop_map(|owner| Step::RwLeave { owner }),
+        6 => rw_acquire(0.1, 0.8),
+        5 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..2u8, 0..2u8, any::<bool>(), prop::bool::weighted(0.7))
+            .prop_map(|(owner, read, which, resent, token, take, relet, grants)| Step::RwRelease { owner, read, which, resent, token, take, relet, grants }),
+        2 => (0..3u8, 0..4u8).prop_map(|(owner, named)| Step::RwLeave { owner, named }),
         1 => (0..6u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
         1 => (0..8usize).prop_map(Step::HoldEnds),
         1 => (0..4usize).prop_map(Step::MarkEnds),
@@ -239,6 +251,30 @@ fn sem_step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Flush),
         1 => (1..4u32).prop_map(Step::SetNumber),
     ]
+}
+
+/// A read-write acquire, re-sent with probability `resent`, waiting with
+/// probability `waits`; a waiting writer asks for a direct grant three
+/// times in five.
+fn rw_acquire(resent: f64, waits: f64) -> impl Strategy<Value = Step> {
+    (
+        (0..3u8, any::<bool>(), which(), prop::bool::weighted(resent), 0..3usize),
+        prop::bool::weighted(waits),
+        prop::option::weighted(0.6, 0..2usize),
+        1..4u32,
+    )
+        .prop_map(
+            |((owner, read, which, resent, lease), waits, ask, attempt)| Step::RwAcquire {
+                owner,
+                read,
+                which,
+                resent,
+                lease,
+                waits,
+                ask,
+                attempt,
+            },
+        )
 }
 
 fn sem_acquire() -> impl Strategy<Value = Step> {
@@ -359,6 +395,8 @@ impl Run<'_> {
                 resent,
                 lease,
                 waits,
+                ask,
+                attempt,
             } => {
                 let field = if read {
                     Field::Reader(owner)
@@ -375,24 +413,33 @@ impl Run<'_> {
                     first,
                     waits,
                     mark: MARK,
+                    ask: ask.filter(|_| !read && waits).map(|i| (WRITER_GRANTS[i], attempt)),
                 };
                 let want = self.model.rw_acquire(a, None);
-                let got = self.redis.cmd(&[
+                let (rec, lease_ms, keep) = (record(req), LEASES[lease].to_string(), KEEP.to_string());
+                let (mark, q, name) = (MARK.to_string(), format!("q{req}"), field_name(field));
+                let mut args = vec![
                     "EVAL",
                     RW_ACQUIRE,
                     "3",
                     LOCK,
                     COUNTER,
-                    &record(req),
-                    &field_name(field),
-                    &LEASES[lease].to_string(),
-                    &KEEP.to_string(),
+                    &rec,
+                    &name,
+                    &lease_ms,
+                    &keep,
                     if first { "1" } else { "0" },
                     if waits { "1" } else { "0" },
                     if read { "read" } else { "write" },
-                    &MARK.to_string(),
-                    &format!("q{req}"),
-                ]);
+                    &mark,
+                    &q,
+                ];
+                let asked = a.ask.map(|(ms, n)| (ms.to_string(), n.to_string()));
+                if let Some((ms, n)) = &asked {
+                    args.push(ms);
+                    args.push(n);
+                }
+                let got = self.redis.cmd(&args);
                 self.map.learn(self.model.counter.value, self.redis, COUNTER)?;
                 if let AcquireReply::Granted { token, .. } = want {
                     if !read && !self.tokens.contains(&token) {
@@ -410,6 +457,7 @@ impl Run<'_> {
                 token,
                 take,
                 relet,
+                grants,
             } => {
                 let field = if read {
                     Field::Reader(owner)
@@ -446,6 +494,7 @@ impl Run<'_> {
                     relet,
                     keep: KEEP,
                     first,
+                    grants,
                 };
                 diff::messages(self.sides);
                 let (want, told) = self.model.rw_release_telling(r, None);
@@ -453,40 +502,52 @@ impl Run<'_> {
                     Some(t) => self.real(t)?.to_string(),
                     None => String::new(),
                 };
-                let got = self.redis.cmd(&[
-                    "EVAL",
-                    RW_RELEASE,
-                    "4",
-                    LOCK,
-                    CHANNEL,
-                    &record(req),
-                    WRITERS,
-                    &field_name(field),
-                    &relet.to_string(),
-                    &KEEP.to_string(),
+                let (rec, relet, keep) = (record(req), relet.to_string(), KEEP.to_string());
+                let (name, take) = (field_name(field), take.map(|q| format!("q{q}")).unwrap_or_default());
+                let mut args = vec!["EVAL", RW_RELEASE, "4", LOCK, CHANNEL, &rec, WRITERS];
+                if grants {
+                    args[2] = "5";
+                    args.push(COUNTER);
+                }
+                args.extend([
+                    name.as_str(),
+                    &relet,
+                    &keep,
                     "0",
                     &token_arg,
                     "PUBLISH",
                     if first { "1" } else { "0" },
-                    &take.map(|q| format!("q{q}")).unwrap_or_default(),
+                    &take,
                 ]);
+                let got = self.redis.cmd(&args);
+                self.learn_handed(&told)?;
                 Self::check_release(want, &got)?;
                 self.check_sides(told)?;
             }
-            Step::RwLeave { owner } => {
+            Step::RwLeave { owner, named } => {
                 diff::messages(self.sides);
-                let want = self.model.rw_leave_telling(owner, None);
-                let got = self.redis.cmd(&[
-                    "EVAL",
-                    RW_LEAVE,
-                    "3",
-                    LOCK,
-                    CHANNEL,
-                    WRITERS,
-                    &field_name(Field::Writer(owner)),
-                    "PUBLISH",
-                    "0",
-                ]);
+                let reqs = self.reqs.of("acquire", Field::Writer(owner));
+                let mut asked = Vec::new();
+                if named & 1 != 0 {
+                    asked.extend(reqs.last().copied());
+                }
+                if named & 2 != 0 && reqs.len() > 1 {
+                    asked.extend(reqs.first().copied());
+                }
+                let want = self.model.rw_leave_telling(owner, &asked, named != 0, None);
+                let field = field_name(Field::Writer(owner));
+                let mut args = vec!["EVAL", RW_LEAVE];
+                let recs: Vec<String> = asked.iter().map(|&q| record(q)).collect();
+                if named == 0 {
+                    args.extend(["3", LOCK, CHANNEL, WRITERS, &field, "PUBLISH", "0"]);
+                } else {
+                    args.extend(["4", LOCK, CHANNEL, WRITERS, COUNTER, &field, "PUBLISH", "0"]);
+                    args.extend(recs.iter().map(String::as_str));
+                }
+                let got = self.redis.cmd(&args);
+                if let Ok((_, told)) = &want {
+                    self.learn_handed(told)?;
+                }
                 let ok = match (want, &got) {
                     (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
                     (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
@@ -780,6 +841,18 @@ impl Run<'_> {
     /// The read-write lock's channels the step published on, against the
     /// model's: a writer told only when it can take the lock, readers only
     /// when no writer's mark holds them back.
+    /// A direct grant's token (the model's) tied to the real counter's.
+    fn learn_handed(&mut self, told: &Sides) -> Result<(), TestCaseError> {
+        if let Some(h) = told.handed {
+            self.map.learn(self.model.counter.value, self.redis, COUNTER)?;
+            if !self.tokens.contains(&h.token) {
+                self.tokens.push(h.token);
+                self.map.handed_out(h.token);
+            }
+        }
+        Ok(())
+    }
+
     fn check_sides(&mut self, want: Sides) -> Result<(), TestCaseError> {
         let mut got: Vec<String> = diff::messages(self.sides)
             .into_iter()
@@ -792,6 +865,25 @@ impl Run<'_> {
         }
         if want.writers {
             expected.push(format!("{WRITERS} 0"));
+        }
+        if let Some(h) = want.handed {
+            // The grant's lease is cut to the writer's mark's end: as
+            // counted from the real script's clock, up to SLACK less.
+            let (token, rec) = (self.real(h.token)?, record(h.req));
+            let prefix = format!("{WRITERS} g {token} ");
+            let at = got.iter().position(|m| m.starts_with(&prefix));
+            let m = at.map(|i| got.remove(i)).unwrap_or_default();
+            let parts: Vec<&str> = m.split(' ').collect();
+            let ms: i32 = parts.get(3).and_then(|p| p.parse().ok()).unwrap_or(-1);
+            prop_assert!(
+                parts.len() == 6 && parts[4] == rec && parts[5] == h.attempt.to_string(),
+                "the grant's message {m:?}, the model's {h:?}"
+            );
+            prop_assert!(
+                ms <= h.ms && ms >= h.ms - SLACK as i32,
+                "the grant's lease {ms}, the model's {}",
+                h.ms
+            );
         }
         expected.sort();
         prop_assert_eq!(got, expected, "the read-write lock's wake-ups");
@@ -810,6 +902,8 @@ impl Run<'_> {
                 .map(|(_, t)| match *t {
                     Told::Wake => "0".to_string(),
                     Told::Grant { ms, req, attempt } => format!("g 0 {ms} {REC_PREFIX}q{req} {attempt}"),
+                    // On the writers' channel (`check_sides`), never a client's.
+                    Told::Handed(h) => format!("handed {h:?}"),
                 })
                 .collect();
             let got = if self.model.waiting.subscribed.contains(&c) {
@@ -910,6 +1004,13 @@ impl Run<'_> {
                     let key = format!(":ww:{}", field_name(Field::Writer(o)));
                     let r = real.remove(&key).unwrap_or_default();
                     self.check_time(&format!("the mark {key}"), &r, d, now_ms)?;
+                }
+                for &(o, k) in &h.asks {
+                    let key = format!(":wa:{}", field_name(Field::Writer(o)));
+                    want.insert(key, format!("{} {} {}", k.ms, k.attempt, record(k.req)));
+                }
+                if let Some(q) = h.take {
+                    want.insert(":take".into(), record(q));
                 }
                 prop_assert_eq!(real, want, "the hash's other fields");
                 check_ttl(self.redis, LOCK, h.expires - self.model.now)?;

@@ -208,6 +208,7 @@ const RW: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    writer_grants: true,
     resends: 0,
     depth: Some(11),
 };
@@ -228,6 +229,7 @@ const SEMAPHORE: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    writer_grants: false,
     resends: 0,
     depth: Some(13),
 };
@@ -248,6 +250,7 @@ const GRANTS: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    writer_grants: false,
     resends: 0,
     depth: Some(13),
 };
@@ -267,6 +270,7 @@ const MIXED: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    writer_grants: true,
     resends: 0,
     depth: Some(13),
 };
@@ -289,6 +293,7 @@ const WAKES: FamilyBounds = FamilyBounds {
     jumps: 0,
     handed: false,
     crowded: false,
+    writer_grants: true,
     resends: 0,
     depth: Some(9),
 };
@@ -310,8 +315,22 @@ const JUMPS_FAMILY: FamilyBounds = FamilyBounds {
     jumps: 1,
     handed: false,
     crowded: false,
+    writer_grants: true,
     resends: 0,
     depth: Some(11),
+};
+
+/// The read-write lock past a writer's direct grant: the read-write
+/// bound's two tasks from where client 1's write wait was just handed the
+/// lock by client 0's read release, its message on the way (nine steps
+/// into the read-write bound), no data loss and no foreign key; ten steps
+/// from there.
+const RW_HANDED: FamilyBounds = FamilyBounds {
+    handed: true,
+    faults: 0,
+    foreign: false,
+    depth: Some(10),
+    ..RW
 };
 
 /// The semaphore across a jump: the grants bound's two clients, their
@@ -440,6 +459,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
         ("JUMPS", JUMPS_FAMILY),
         ("SEM_JUMPS", SEM_JUMPS),
         ("HANDED", HANDED),
+        ("RW_HANDED", RW_HANDED),
         ("THREE", THREE),
         ("SEM_RESENDS", SEM_RESENDS),
         ("RW_RESENDS", RW_RESENDS),
@@ -454,7 +474,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 21] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 23] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -518,8 +538,17 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 21] = [
     // may join the reader inside.
     (FamilyDefect::LeaveTellsNobody, WAKES, WAKE_UP),
     // The reader's release tells only the writers (the writer's mark
-    // stands), and the writer listens on the readers' channel.
-    (FamilyDefect::WriterListensOnReaders, WAKES, WAKE_UP),
+    // stands), and the writer listens on the readers' channel. Shown
+    // where writers ask for no direct grants (a quorum's): a grant makes
+    // the writer's hold, which no message then has to tell.
+    (
+        FamilyDefect::WriterListensOnReaders,
+        FamilyBounds {
+            writer_grants: false,
+            ..WAKES
+        },
+        WAKE_UP,
+    ),
     // A client refused without being listed is told by no release or
     // leave (here: the leave of a wait that gave up gives back the permits
     // its late attempt took).
@@ -558,6 +587,30 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 21] = [
         FamilyDefect::ReadReleaseIgnoresTake,
         RW_RESENDS,
         "a release never frees another's hold",
+    ),
+    // A reader's release hands the waiting writer the lock for the lease
+    // its ask asked for, past its mark's end, which the hash's TTL was
+    // set to (two ticks after the mark, the reader renewed in between).
+    (
+        FamilyDefect::GrantOutlivesMark,
+        FamilyBounds {
+            depth: Some(12),
+            faults: 0,
+            foreign: false,
+            ..RW
+        },
+        "every hold ends by its lease, within the hash's TTL",
+    ),
+    // A writer's grant message held up past the grant's lease; the other
+    // task takes the lock, the writer's next attempt is refused, and the
+    // old message, naming the earlier attempt, is taken for the lock.
+    (
+        FamilyDefect::ClaimIgnoresAttempt,
+        FamilyBounds {
+            depth: Some(11),
+            ..RW_HANDED
+        },
+        EXCLUSION,
     ),
 ];
 

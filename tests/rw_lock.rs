@@ -1219,3 +1219,67 @@ async fn a_late_leave_of_an_earlier_write_wait_leaves_the_next_wait_of_its_owner
     })
     .await
 }
+
+/// A grant's `:take` that a renewal leaves behind (it prunes a dead
+/// writer's own fields only) is not carried over to the next write hold:
+/// a fresh take clears it, so a late re-send of the granted request can
+/// never take the new hold for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_write_hold_never_carries_an_earlier_grants_request() {
+    const RENEW: &str = include_str!("../lua/renew.lua");
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let holder = client(&server.url(), LONG).await;
+        let held = holder
+            .rw_lock("left-take")
+            .unwrap()
+            .read()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free");
+        let (_c, writer) = asking_writer(&server, &proxy, "left-take", LONG).await;
+        let field = asks(&server, "left-take")
+            .remove(0)
+            .0
+            .trim_start_matches(":wa:")
+            .to_string();
+        // The writer's client hears nothing more, and sends nothing more.
+        proxy.hold_messages();
+        proxy.stall();
+        held.unlock().await.unwrap();
+        assert!(
+            server.cmd(&["HGET", "left-take", ":take"]).as_str().is_some(),
+            "granted"
+        );
+        // The grant's lease ends; a renewal of it finds it gone and prunes
+        // its fields.
+        server.cmd(&["HSET", "left-take", &format!(":{field}"), "1"]);
+        let renewed = server.cmd(&["EVAL", RENEW, "1", "left-take", "30000", &field]);
+        assert_eq!(renewed, Reply::Array(vec![Reply::Int(0)]));
+        assert!(
+            server.cmd(&["HGET", "left-take", ":take"]).as_str().is_some(),
+            "left behind"
+        );
+        let other = client(&server.url(), LONG).await;
+        let g = other
+            .rw_lock("left-take")
+            .unwrap()
+            .write()
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("free");
+        assert_eq!(
+            server.cmd(&["HGET", "left-take", ":take"]),
+            Reply::Nil,
+            "the new hold names no earlier request"
+        );
+        g.unlock().await.unwrap();
+        writer.abort();
+        proxy.resume();
+        proxy.pass_messages();
+    })
+    .await
+}

@@ -71,12 +71,23 @@ pub struct Bounds {
     pub downgrades: bool,
     /// Force-unlocks through a plain handle (`lockwarden unlock --force`).
     pub forces: u8,
+    /// Read-write writers' waits ask for direct grants, as the library's
+    /// do on one master (`rw::WriteWait`): one request id per wait (a
+    /// fresh one after an attempt given up on), its attempts numbered,
+    /// the release that frees the lock hands it to a waiting writer and
+    /// says so on the writers' channel (a message delivered, late, or
+    /// lost), the writer takes it from the message or finds it with its
+    /// next attempt, and a wait that stops without the lock leaves naming
+    /// every request its asks named (a late leave too, or none).
+    pub writer_grants: bool,
     /// Jumps of the server's clock, one tick ahead or back, in all.
     pub jumps: u8,
     /// With grants: start (only) where client 1's wait (for more permits
     /// than client 0's hold leaves free) was just handed its permits by
     /// client 0's release, the grant's message on its way, so that the
-    /// bound reaches further past a grant (the late grant message).
+    /// bound reaches further past a grant (the late grant message). With
+    /// writer grants instead: where client 1's write wait was just handed
+    /// the lock by client 0's read release.
     pub handed: bool,
     /// With grants and three semaphore clients: start (only) where client
     /// 2 holds both permits and clients 0 and 1 wait for one each, listed
@@ -195,6 +206,23 @@ pub struct Listen {
     pub woken: bool,
 }
 
+/// A writer's wait that asks for direct grants (with
+/// [`Bounds::writer_grants`]): its request id, whether an attempt carried
+/// it already (the next one is a re-send), its latest attempt's number and
+/// when that attempt was sent, and every request its asks named.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WriterWait {
+    pub req: Req,
+    pub sent_before: bool,
+    pub attempt: u8,
+    pub sent: i32,
+    pub asked: Vec<Req>,
+}
+
+/// The bit of a writer's attempt number ([`Op::Acquire`]) that says the
+/// attempt is the first to carry its wait's request.
+const FIRST_OF_REQ: u8 = 0x80;
+
 /// A semaphore wait that asks for direct grants: its request id, its
 /// latest attempt's number and when that attempt was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -233,6 +261,11 @@ pub struct ClientState {
     /// With resends: attempts given up on, in the background
     /// (`Bounds::resends` at once).
     pub pending: [Option<Pending>; PENDING],
+    /// With writer grants: the writer's wait in progress, and the leave of
+    /// one that stopped without the lock (the requests it names), run
+    /// later or never.
+    pub writing: Option<WriterWait>,
+    pub rw_leave: Option<Vec<Req>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -253,6 +286,8 @@ pub struct State {
     pub unwoken: bool,
     /// A task kept its read side after giving back its write side.
     pub downgraded: bool,
+    /// A waiting writer took a release's grant from its message.
+    pub writer_handed: bool,
     /// With resends: a background give-back freed what its re-send took.
     pub gave_back: bool,
     pub forces_left: u8,
@@ -344,6 +379,8 @@ impl FamilyModel {
                     listen: None,
                     reads: None,
                     pending: [None; PENDING],
+                    writing: None,
+                    rw_leave: None,
                 })
                 .collect(),
             faults_left: self.bounds.faults,
@@ -354,6 +391,7 @@ impl FamilyModel {
             woke: false,
             unwoken: false,
             downgraded: false,
+            writer_handed: false,
             gave_back: false,
             forces_left: self.bounds.forces,
             forced: false,
@@ -449,18 +487,25 @@ impl FamilyModel {
                 Self::post(s);
                 Reply::Acquire(reply)
             }
-            Op::Acquire(field, _) => Reply::Acquire(s.server.rw_acquire(
-                RwAcquire {
-                    field,
-                    req: call.req,
-                    lease: LEASE,
-                    keep: KEEP,
-                    first,
-                    waits: true,
-                    mark: MARK,
-                },
-                self.defect,
-            )),
+            Op::Acquire(field, n) => {
+                // A writer's wait's attempt (with writer grants): its ask,
+                // and a re-send unless it is the first to carry the
+                // wait's request.
+                let asks = self.bounds.writer_grants && n != 0;
+                Reply::Acquire(s.server.rw_acquire(
+                    RwAcquire {
+                        field,
+                        req: call.req,
+                        lease: LEASE,
+                        keep: KEEP,
+                        first: first && (!asks || n & FIRST_OF_REQ != 0),
+                        waits: true,
+                        mark: MARK,
+                        ask: asks.then_some((LEASE, u32::from(n & !FIRST_OF_REQ))),
+                    },
+                    self.defect,
+                ))
+            }
             Op::Release {
                 field: Field::Permit(p),
                 take,
@@ -483,6 +528,7 @@ impl FamilyModel {
                         relet: 0,
                         keep: KEEP,
                         first,
+                        grants: self.bounds.writer_grants,
                     },
                     self.defect,
                 );
@@ -501,6 +547,10 @@ impl FamilyModel {
             let told = if l.writers { sides.writers } else { sides.readers };
             if told && !cl.inbox.contains(&Told::Wake) {
                 cl.inbox.push(Told::Wake);
+            }
+            // A grant goes to every writer listening (it names its wait).
+            if let (Some(h), true) = (sides.handed, l.writers) {
+                cl.inbox.push(Told::Handed(h));
             }
         }
     }
@@ -724,6 +774,25 @@ impl FamilyModel {
                 cl.inbox.clear();
             }
         }
+        if let Some(w) = &cl.writing {
+            let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
+            let over = match cl.phase {
+                Phase::Waiting { .. } => false,
+                Phase::Idle => !acquiring,
+                Phase::Held { .. } | Phase::Lost { .. } => true,
+            };
+            if over {
+                if cl.phase == Phase::Idle {
+                    // Stopped without the lock (dropped, or failed): its
+                    // leave goes in the background, naming every request
+                    // its asks named.
+                    let mut asked = cl.rw_leave.take().unwrap_or_default();
+                    asked.extend(w.asked.iter().copied());
+                    cl.rw_leave = Some(asked);
+                }
+                cl.writing = None;
+            }
+        }
         let Some(w) = cl.wait else { return };
         let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
         match cl.phase {
@@ -747,7 +816,25 @@ impl FamilyModel {
             return;
         }
         if let Some(l) = cl.listen.as_mut() {
-            cl.inbox.remove(0);
+            let told = cl.inbox.remove(0);
+            if let (Told::Handed(h), Some(w), Phase::Waiting { field }) = (told, &cl.writing, cl.phase) {
+                // As `wait::claim_grant`: a grant to the wait's request
+                // that names its latest attempt, with half its lease left
+                // as counted from that attempt's send.
+                let named = u32::from(w.attempt) == h.attempt || self.defect == Some(Defect::ClaimIgnoresAttempt);
+                if w.req == h.req && named && cl.line.call.is_none() && now < w.sent + h.ms / 2 {
+                    cl.phase = Phase::Held {
+                        field,
+                        token: h.token,
+                        take: Some(h.req),
+                        count: 1,
+                        valid_until: w.sent + h.ms,
+                    };
+                    s.have_held |= 1 << c;
+                    s.writer_handed = true;
+                    return;
+                }
+            }
             l.woken = true;
             s.woke = true;
             return;
@@ -811,6 +898,39 @@ impl FamilyModel {
         assert!(
             matches!(s.clients[1].inbox.first(), Some(Told::Grant { .. })),
             "client 1 is handed its permits: {:?}",
+            s.clients[1]
+        );
+        s
+    }
+
+    /// Client 0 reads, client 1's write wait is refused behind it (its
+    /// mark and ask left), and client 0's release hands client 1 the lock:
+    /// the grant stands on the server and its message is on its way.
+    fn writer_handed(&self, empty: &State) -> State {
+        let mut s = [
+            Action::Start(0, Op::Acquire(Field::Reader(owner_of(0, 0)), 0)),
+            Action::Net(0, Net::Run),
+            Action::Net(0, Net::Hear),
+            Action::Start(1, Op::Acquire(Field::Writer(owner_of(1, 0)), 0)),
+            Action::Net(1, Net::Run),
+            Action::Net(1, Net::Hear),
+        ]
+        .iter()
+        .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
+        .expect("a start the model reaches");
+        let Phase::Held { field, token, take, .. } = s.clients[0].phase else {
+            panic!("client 0 reads: {:?}", s.clients[0].phase);
+        };
+        for a in [
+            Action::Start(0, Op::Release { field, token, take }),
+            Action::Net(0, Net::Run),
+            Action::Net(0, Net::Hear),
+        ] {
+            s = self.next_state(&s, a).expect("a start the model reaches");
+        }
+        assert!(
+            matches!(s.clients[1].inbox.first(), Some(Told::Handed(_))),
+            "client 1 is handed the lock: {:?}",
             s.clients[1]
         );
         s
@@ -950,6 +1070,16 @@ impl FamilyModel {
             return false;
         }
         cl.pending[i] = Some(Pending::ResendRw { field, req });
+        if let Some(w) = cl.writing.as_mut() {
+            // The wait goes on under a fresh request (`WriteWait`): the
+            // given-up one's ask, or a grant to it, may stand.
+            if cl.calls_left == 0 {
+                return false;
+            }
+            w.req = (c as Req) * 64 + Req::from(self.bounds.calls - cl.calls_left);
+            w.sent_before = false;
+            cl.calls_left -= 1;
+        }
         cl.phase = Phase::Waiting { field };
         // A failed attempt is retried after a pause of its own
         // (`wait::Retries`), not when a message comes.
@@ -983,6 +1113,7 @@ impl FamilyModel {
                         first: false,
                         waits: false,
                         mark: MARK,
+                        ask: None,
                     };
                     if let AcquireReply::Granted { token, count } = s.server.rw_acquire(a, self.defect) {
                         s.clients[c].pending[i] = Some(Pending::GiveBackRw {
@@ -1002,6 +1133,7 @@ impl FamilyModel {
                         relet: 0,
                         keep: KEEP,
                         first: true,
+                        grants: self.bounds.writer_grants,
                     };
                     if let (ReleaseReply::Left(_), sides) = s.server.rw_release_telling(r, self.defect) {
                         s.gave_back = true;
@@ -1085,6 +1217,9 @@ impl Model for FamilyModel {
         }
         if self.bounds.grants && self.bounds.handed {
             return vec![self.handed(&empty)];
+        }
+        if self.bounds.writer_grants && self.bounds.handed {
+            return vec![self.writer_handed(&empty)];
         }
         if self.bounds.grants && self.bounds.crowded {
             return vec![self.crowded(&empty)];
@@ -1180,7 +1315,7 @@ impl Model for FamilyModel {
                 actions.push(Action::Deliver(c));
                 actions.push(Action::LoseMessage(c));
             }
-            if cl.leave.is_some() || cl.pass_on {
+            if cl.leave.is_some() || cl.pass_on || cl.rw_leave.is_some() {
                 actions.push(Action::RunLeave(c));
                 actions.push(Action::LoseLeave(c));
             }
@@ -1251,6 +1386,27 @@ impl Model for FamilyModel {
                     req = wait;
                     op = Op::Acquire(Field::Permit(p), n);
                 }
+                let cl = &mut s.clients[c];
+                let waiting = matches!(cl.phase, Phase::Idle | Phase::Waiting { .. });
+                if let (Op::Acquire(field @ Field::Writer(_), _), true, true) = (op, self.bounds.writer_grants, waiting)
+                {
+                    let w = cl.writing.get_or_insert(WriterWait {
+                        req,
+                        sent_before: false,
+                        attempt: 0,
+                        sent: now,
+                        asked: Vec::new(),
+                    });
+                    w.attempt += 1;
+                    w.sent = now;
+                    let first_of_req = !w.sent_before;
+                    if first_of_req {
+                        w.asked.push(w.req);
+                    }
+                    w.sent_before = true;
+                    req = w.req;
+                    op = Op::Acquire(field, w.attempt | if first_of_req { FIRST_OF_REQ } else { 0 });
+                }
                 s.clients[c].line.call = Some(Call::new(op, req, now));
             }
             Action::Net(c, Net::Run) => {
@@ -1301,7 +1457,9 @@ impl Model for FamilyModel {
                     field: Field::Writer(o),
                 } = s.clients[c].phase
                 {
-                    if let Ok((_, sides)) = s.server.rw_leave_telling(o, self.defect) {
+                    let asked = s.clients[c].writing.take().map(|w| w.asked).unwrap_or_default();
+                    let grants = self.bounds.writer_grants;
+                    if let Ok((_, sides)) = s.server.rw_leave_telling(o, &asked, grants, self.defect) {
                         Self::tell(&mut s, sides);
                     }
                 }
@@ -1386,6 +1544,12 @@ impl Model for FamilyModel {
                 cl.inbox.remove(0);
                 s.unwoken |= cl.listen.is_some() || cl.wait.is_some();
             }
+            Action::RunLeave(c) if s.clients[c].rw_leave.is_some() => {
+                let asked = s.clients[c].rw_leave.take().unwrap_or_default();
+                if let Ok((_, sides)) = s.server.rw_leave_telling(owner_of(c, 0), &asked, true, self.defect) {
+                    Self::tell(&mut s, sides);
+                }
+            }
             Action::RunLeave(c) => {
                 let cl = &mut s.clients[c];
                 let stopped = cl.leave.take();
@@ -1395,7 +1559,7 @@ impl Model for FamilyModel {
             }
             Action::LoseLeave(c) => {
                 let cl = &mut s.clients[c];
-                if cl.leave.take().is_none() {
+                if cl.rw_leave.take().is_none() && cl.leave.take().is_none() {
                     cl.pass_on = false;
                 }
                 s.unwoken = true;
@@ -1451,6 +1615,10 @@ impl Model for FamilyModel {
             ),
             Property::<Self>::sometimes("a waiter is handed its permits by a release", |m, s| {
                 !m.bounds.grants || s.handed
+            }),
+            Property::<Self>::sometimes("a waiting writer takes a release's grant from its message", |m, s| {
+                // (Only a listening wait hears it: with wakes.)
+                !(m.bounds.writer_grants && m.bounds.wakes) || s.writer_handed
             }),
             Property::<Self>::always("no wake-up is lost", |m, s| m.someone_told(s)),
             Property::<Self>::sometimes("a writing task keeps its read side after its write side", |m, s| {
@@ -1650,6 +1818,9 @@ fn shift(s: &mut State) {
     for cl in &mut s.clients {
         cl.line.shift(n);
         if let Some(w) = cl.wait.as_mut() {
+            w.sent = back(w.sent, -LEASE);
+        }
+        if let Some(w) = cl.writing.as_mut() {
             w.sent = back(w.sent, -LEASE);
         }
         if let Phase::Held { valid_until, .. } = &mut cl.phase {

@@ -70,6 +70,13 @@ pub struct Hash {
     pub token: Option<u64>,
     /// `:ww:<writer>`: waiting writers' marks, until their deadlines.
     pub marks: Vec<(Owner, i32)>,
+    /// `:wa:<writer>`: the asks for a direct grant beside some of those
+    /// marks (sorted; each goes with its mark).
+    pub asks: Vec<(Owner, WriterAsk)>,
+    /// `:take`: the request a release handed the write hold to (left
+    /// behind, as `token`, when a renewal prunes a dead writer; a fresh
+    /// write take clears it).
+    pub take: Option<Req>,
     /// `:wait`: a listening waiter was refused.
     pub wait: bool,
     /// The key's TTL, as the tick it expires at.
@@ -117,6 +124,25 @@ pub enum ReleaseReply {
     WrongKind,
 }
 
+/// A waiting writer's ask for a direct grant (`:wa:<field>` = "<ms>
+/// <attempt> <record key>").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WriterAsk {
+    pub ms: i32,
+    pub attempt: u32,
+    pub req: Req,
+}
+
+/// A release's (or a leave's) direct grant to a waiting writer, published
+/// on the writers' channel: "g <token> <ms> <record key> <attempt>".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handed {
+    pub token: u64,
+    pub ms: i32,
+    pub req: Req,
+    pub attempt: u32,
+}
+
 /// What a write release names.
 #[derive(Clone, Copy, Debug)]
 pub struct RwRelease {
@@ -129,6 +155,9 @@ pub struct RwRelease {
     pub relet: i32,
     pub keep: i32,
     pub first: bool,
+    /// The counter's key is given (KEYS[5]): a release that frees the
+    /// lock may hand it to a waiting writer.
+    pub grants: bool,
 }
 
 /// An acquire's arguments.
@@ -143,6 +172,9 @@ pub struct RwAcquire {
     pub waits: bool,
     /// How long a waiting writer's mark holds readers back.
     pub mark: i32,
+    /// A waiting writer asks for a direct grant (ARGV[9], ARGV[10]): its
+    /// first lease, and this attempt's number.
+    pub ask: Option<(i32, u32)>,
 }
 
 /// A semaphore acquire's arguments: permit id `permit` (of client
@@ -215,6 +247,8 @@ pub struct Sides {
     pub readers: bool,
     /// The writers' channel.
     pub writers: bool,
+    /// A direct grant to a waiting writer, on the writers' channel.
+    pub handed: Option<Handed>,
 }
 
 impl Sides {
@@ -225,6 +259,7 @@ impl Sides {
         Sides {
             readers: ww <= now,
             writers: free,
+            handed: None,
         }
     }
 }
@@ -236,6 +271,8 @@ pub enum Told {
     Wake,
     /// "g 0 <ms> <record key> <attempt>".
     Grant { ms: i32, req: Req, attempt: u32 },
+    /// A direct grant to a waiting writer, on the writers' channel.
+    Handed(Handed),
 }
 
 /// The semaphore's waiting clients: its waiters list and grant asks with
@@ -314,6 +351,11 @@ pub enum Defect {
     /// The give-back of a semaphore attempt whose outcome was unknown
     /// releases its permit id whichever request holds it now.
     GiveBackById,
+    /// A release hands a waiting writer the lock with the lease its ask
+    /// asked for, not cut to its mark's end: the grant may outlive the
+    /// hash's TTL (and a writer that stopped holds the name longer than
+    /// its mark would have held readers back).
+    GrantOutlivesMark,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -461,9 +503,12 @@ impl Server {
         }
         let mut s = Snapshot::default();
         h.marks.retain(|&(_, d)| d > now);
+        let marks = h.marks.clone();
+        h.asks.retain(|(o, _)| marks.iter().any(|m| m.0 == *o));
         s.ww = h.marks.iter().map(|&(_, d)| d).max().unwrap_or(0);
         if h.holds.iter().any(|x| x.deadline <= now && !x.field.is_reader()) {
             h.token = None;
+            h.take = None;
         }
         if prune {
             h.holds.retain(|x| x.deadline > now);
@@ -496,6 +541,8 @@ impl Server {
                 holds: Vec::new(),
                 token: None,
                 marks: Vec::new(),
+                asks: Vec::new(),
+                take: None,
                 wait: false,
                 expires: i32::MAX,
             });
@@ -770,6 +817,19 @@ impl Server {
                 }
             }
             Field::Writer(o) => {
+                let take = self.hash().and_then(|h| h.take);
+                if s.writer.is_some_and(|(w, _)| w == o) && !a.first && take == Some(a.req) {
+                    // A release handed this waiting request the write
+                    // hold: its lease now, no level added, no record.
+                    if let Some(h) = self.hash() {
+                        if let Some(x) = h.holds.iter_mut().find(|x| x.field == a.field) {
+                            x.deadline = x.deadline.max(now + a.lease);
+                        }
+                    }
+                    self.extend(a.lease);
+                    let token = self.hash().and_then(|h| h.token).unwrap_or(0);
+                    return AcquireReply::Granted { token, count: 1 };
+                }
                 if s.writer.is_some_and(|(w, _)| w == o) {
                     let count = self.reenter(a.field, a.lease);
                     let token = self.hash().and_then(|h| h.token).unwrap_or(0);
@@ -785,6 +845,18 @@ impl Server {
                             h.marks.retain(|&(w, _)| w != o);
                             h.marks.push((o, mark));
                             h.marks.sort();
+                            h.asks.retain(|&(w, _)| w != o);
+                            if let Some((ms, attempt)) = a.ask {
+                                h.asks.push((
+                                    o,
+                                    WriterAsk {
+                                        ms,
+                                        attempt,
+                                        req: a.req,
+                                    },
+                                ));
+                                h.asks.sort();
+                            }
                             if defect == Some(Defect::MarkMovesLease) {
                                 for x in h.holds.iter_mut().filter(|x| !x.field.is_reader()) {
                                     x.deadline = x.deadline.max(mark);
@@ -811,7 +883,9 @@ impl Server {
                     );
                     if let Some(h) = self.hash() {
                         h.token = Some(token);
+                        h.take = None;
                         h.marks.retain(|&(w, _)| w != o);
+                        h.asks.retain(|&(w, _)| w != o);
                     }
                     self.cover(&s, a.lease);
                     return self.grant(&a, token, 1);
@@ -931,6 +1005,7 @@ impl Server {
                 readers -= 1;
             } else {
                 h.token = None;
+                h.take = None;
                 writer = false;
             }
         }
@@ -940,6 +1015,7 @@ impl Server {
             // DEL, then keep_marks: the live marks written back with the
             // kind, the TTL to the latest.
             let marks = self.hash().map(|h| h.marks.clone()).unwrap_or_default();
+            let asks = self.hash().map(|h| h.asks.clone()).unwrap_or_default();
             self.name = if marks.is_empty() {
                 Name::Absent
             } else {
@@ -950,6 +1026,8 @@ impl Server {
                     holds: Vec::new(),
                     token: None,
                     marks,
+                    asks,
+                    take: None,
                     wait: listened && defect != Some(Defect::FreeForgetsWait),
                     expires: s.ww,
                 })
@@ -958,12 +1036,60 @@ impl Server {
         if read || r.token.is_none() {
             set_record(&mut self.records, r.req, Recorded::Left(0), now + r.keep);
         }
+        if free && r.grants {
+            if let Some(handed) = self.hand_to_writer(defect) {
+                let told = Sides {
+                    handed: Some(handed),
+                    ..none
+                };
+                return (ReleaseReply::Left(0), told);
+            }
+        }
         let told = if wake && listened {
             Sides::told(free, s.ww, now)
         } else {
             none
         };
         (ReleaseReply::Left(0), told)
+    }
+
+    /// `hand_to_writer` of shared_rw.lua, on a free lock: the write hold
+    /// to the first waiting writer (by field) whose live mark has an ask,
+    /// as its attempt would have taken it, with a lease of the ask's cut
+    /// to the mark's end; `None` when no writer asked.
+    fn hand_to_writer(&mut self, defect: Option<Defect>) -> Option<Handed> {
+        let now = self.now;
+        let h = self.hash()?;
+        let (o, ask) = h
+            .asks
+            .iter()
+            .copied()
+            .find(|(o, _)| h.marks.iter().any(|m| m.0 == *o && m.1 > now))?;
+        let mark = h.marks.iter().find(|m| m.0 == o).map(|m| m.1)?;
+        let ms = if defect == Some(Defect::GrantOutlivesMark) {
+            ask.ms
+        } else {
+            ask.ms.min(mark - now)
+        };
+        let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
+        let h = self.hash()?;
+        h.marks.retain(|m| m.0 != o);
+        h.asks.retain(|k| k.0 != o);
+        h.holds.push(Holding {
+            field: Field::Writer(o),
+            count: 1,
+            deadline: now + ms,
+            req: None,
+        });
+        h.holds.sort_by_key(|x| x.field);
+        h.token = Some(token);
+        h.take = Some(ask.req);
+        Some(Handed {
+            token,
+            ms,
+            req: ask.req,
+            attempt: ask.attempt,
+        })
     }
 
     /// A release's reply when the snapshot refused: a key of another type
@@ -975,9 +1101,19 @@ impl Server {
         }
     }
 
-    /// rw_leave.lua: the waiting writer `o` stops waiting. True when its
-    /// mark was there; and the channels it published on.
-    pub fn rw_leave_telling(&mut self, o: Owner, defect: Option<Defect>) -> Result<(bool, Sides), ReleaseReply> {
+    /// rw_leave.lua: the waiting writer `o` stops waiting. `asked`: the
+    /// requests its asks named (empty: a wait without asks, as a
+    /// quorum's, and the old rule: its mark goes whatever ask is beside
+    /// it); with `grants` the counter's key is given (KEYS[4]). True when
+    /// its mark was there (or a grant to one of `asked` was given back);
+    /// and the channels it published on.
+    pub fn rw_leave_telling(
+        &mut self,
+        o: Owner,
+        asked: &[Req],
+        grants: bool,
+        defect: Option<Defect>,
+    ) -> Result<(bool, Sides), ReleaseReply> {
         let none = Sides::default();
         let s = match self.snapshot(Kind::Rw, true) {
             Ok(s) => s,
@@ -986,21 +1122,57 @@ impl Server {
         };
         let now = self.now;
         let Some(h) = self.hash() else { return Ok((false, none)) };
-        if !h.marks.iter().any(|&(w, _)| w == o) {
+        let listened = h.wait;
+        // A write hold a release handed to one of the wait's requests,
+        // never learned of: one level given back (a level above it is a
+        // later wait's of the same owner, which re-entered it).
+        let mut writer = s.writer.map(|w| w.0);
+        let mut gave = false;
+        if writer == Some(o) && h.take.is_some_and(|t| asked.contains(&t)) {
+            if let Some(i) = h.holds.iter().position(|x| x.field == Field::Writer(o)) {
+                if h.holds[i].count == 1 {
+                    h.holds.remove(i);
+                    h.token = None;
+                    h.take = None;
+                    writer = None;
+                } else {
+                    h.holds[i].count -= 1;
+                }
+                gave = true;
+            }
+        }
+        let ask = h.asks.iter().find(|k| k.0 == o).map(|k| k.1.req);
+        let marked = h.marks.iter().any(|&(w, _)| w == o);
+        if marked && (asked.is_empty() || ask.is_none_or(|q| asked.contains(&q))) {
+            h.marks.retain(|&(w, _)| w != o);
+            h.asks.retain(|&(w, _)| w != o);
+        } else if !gave {
             return Ok((false, none));
         }
-        h.marks.retain(|&(w, _)| w != o);
-        let (last, listened) = (h.marks.is_empty(), h.wait);
-        let mut told = none;
-        if last && s.writer.is_none() {
-            let free = s.readers == 0;
-            if free {
-                self.name = Name::Absent;
-            }
-            if listened && defect != Some(Defect::LeaveTellsNobody) {
-                told = Sides::told(free, 0, now);
+        let others = !h.marks.is_empty();
+        let ww = h.marks.iter().map(|m| m.1).max().unwrap_or(0);
+        if writer.is_some() || (others && !gave) {
+            return Ok((true, none));
+        }
+        if s.readers == 0 && others && grants {
+            if let Some(handed) = self.hand_to_writer(defect) {
+                return Ok((
+                    true,
+                    Sides {
+                        handed: Some(handed),
+                        ..none
+                    },
+                ));
             }
         }
+        if s.readers == 0 && !others {
+            self.name = Name::Absent;
+        }
+        let told = if listened && defect != Some(Defect::LeaveTellsNobody) {
+            Sides::told(s.readers == 0, ww, now)
+        } else {
+            none
+        };
         Ok((true, told))
     }
 
@@ -1019,6 +1191,7 @@ impl Server {
         let sides = Sides {
             readers: true,
             writers: kind == Kind::Rw && defect != Some(Defect::ForceTellsReadersOnly),
+            handed: None,
         };
         if kind == Kind::Semaphore {
             for client in std::mem::take(&mut self.waiting.list) {
