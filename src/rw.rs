@@ -60,16 +60,7 @@ impl WriteWait {
     /// `will_wait`: more than one attempt, with `lease`.
     pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> WriteWait {
         let core = t.core;
-        let own = owner
-            .strip_prefix(&*core.uuid)
-            .is_some_and(|rest| rest.starts_with(':'));
-        // A grant is written by the release: only one master, and no
-        // confirmation that only the waiter's own write could wait for.
-        let grants = will_wait && own && core.members.len() == 1 && !core.settings.confirmed_writes;
-        let lease = match lease {
-            Lease::Watchdog => core.settings.watchdog_lease,
-            Lease::Fixed(d) => d,
-        };
+        let grant_lease = crate::wait::grant_lease(t, owner, will_wait, lease);
         WriteWait {
             // Its channel is never open before the first attempt (see
             // `channel`), so whether it waits does not matter.
@@ -78,11 +69,9 @@ impl WriteWait {
             mark: LeaveOnExit::leave(t, owner, false),
             core: core.clone(),
             keys: t.keys.clone(),
-            grants,
+            grants: grant_lease.is_some(),
             request: None,
-            // A stopped grantee holds the lock no longer than its mark
-            // would have held readers back.
-            grant_lease: lease.min(core.settings.waiter_timeout),
+            grant_lease: grant_lease.unwrap_or_default(),
             asked: AtomicBool::new(false),
         }
     }

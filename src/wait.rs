@@ -250,14 +250,8 @@ impl WakeOne {
     /// `will_wait`: more than one attempt, with `lease`.
     pub(crate) fn new(t: Target<'_>, channel: &Str, owner: &Str, will_wait: bool, lease: Lease) -> WakeOne {
         let core = t.core;
-        let own = owner
-            .strip_prefix(&*core.uuid)
-            .is_some_and(|rest| rest.starts_with(':'));
-        let grants = will_wait && own && core.members.len() == 1 && !core.settings.confirmed_writes;
-        let lease = match lease {
-            Lease::Watchdog => core.settings.watchdog_lease,
-            Lease::Fixed(d) => d,
-        };
+        let grant_lease = grant_lease(t, owner, will_wait, lease);
+        let grants = grant_lease.is_some();
         let anyone = Str::from_static("");
         let pass_on = LeaveOnExit::leave(t, if grants { owner } else { &anyone }, false);
         WakeOne {
@@ -268,9 +262,7 @@ impl WakeOne {
             pass_on,
             grants,
             request: None,
-            // A stopped grantee holds the lock no longer than a stopped
-            // fair waiter stays at the head of its queue.
-            grant_lease: lease.min(core.settings.waiter_timeout),
+            grant_lease: grant_lease.unwrap_or_default(),
             asked: std::sync::atomic::AtomicBool::new(false),
             failed: false,
             woken: false,
@@ -426,6 +418,27 @@ impl Drop for WakeOne {
             self.pass_on.disarm();
         }
     }
+}
+
+/// Whether a wait of `owner` with `lease` may ask to be handed the lock by
+/// an unlock (`will_wait`: it makes more than one attempt), and if so the
+/// grant's first lease. A grant is written by the unlock, so only on one
+/// master and without replica or disk confirmations (only the waiter's own
+/// write could be waited for), and only for the client's own owners. The
+/// first lease is the waiter timeout at most: a grantee that stopped holds
+/// the lock no longer than a stopped fair waiter stays at the head of its
+/// queue (or a writer's mark holds readers back).
+pub(crate) fn grant_lease(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> Option<Duration> {
+    let core = t.core;
+    let own = owner
+        .strip_prefix(&*core.uuid)
+        .is_some_and(|rest| rest.starts_with(':'));
+    let grants = will_wait && own && core.members.len() == 1 && !core.settings.confirmed_writes;
+    let lease = match lease {
+        Lease::Watchdog => core.settings.watchdog_lease,
+        Lease::Fixed(d) => d,
+    };
+    grants.then(|| lease.min(core.settings.waiter_timeout))
 }
 
 /// The policy of the read-write lock's readers (and of Redisson's layouts,
@@ -848,8 +861,8 @@ pub(crate) fn parse_grant(msg: &str) -> Option<(u64, u64, &str, Option<u64>)> {
 /// `None` for a message naming an earlier attempt (or none: an older
 /// script's): it may have been on its way while a later attempt found the
 /// grant's hold already gone, and the waiter's next attempt finds a grant
-/// still standing in its record. `None` also when half of it
-/// would be gone by that count. A grant's first lease is short (a fair
+/// still standing in its record. `None` also when a third of it
+/// would be gone by that count (see below). A grant's first lease is short (a fair
 /// waiter's queue deadline, a reentrant waiter's grant lease), so a
 /// grantee that stopped blocks the lock no longer than that; a third of
 /// the way into it, a hold still held gets its own lease (as a renewal
@@ -868,11 +881,16 @@ pub(crate) fn claim_grant(
     }
     let (pin, lease, sent_at) = (m.pin, m.lease, m.sent_at);
     let granted = Duration::from_millis(ms);
-    if Instant::now() >= sent_at + granted / 2 {
+    if Instant::now() >= sent_at + granted / 3 {
         // The waiter slept long since its last attempt (or the lease is
         // short): counted from then, too little of the grant would be
-        // left. Its next attempt returns the grant from the record, with
-        // its own lease counted from now.
+        // left. Until its extension lands (due a third of the way in, so
+        // at once now) the hold counts as at risk below half the grant's
+        // lease; claimed later than a third in, the extension's round trip
+        // would have less than a sixth of it, and past half none at all
+        // (`lockwarden run` stopped such a handed command as at risk on a
+        // loaded machine). Its next attempt returns the grant from the
+        // record, with its own lease counted from now.
         return None;
     }
     let grant = Grant {

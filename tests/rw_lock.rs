@@ -1013,6 +1013,20 @@ fn server_ms(server: &RedisServer) -> i64 {
     t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
 }
 
+/// A reader holding `name` (from its own client, kept alive beside it).
+async fn read_held(server: &RedisServer, name: &str) -> (lockwarden::Client, lockwarden::LockGuard) {
+    let holder = client(&server.url(), LONG).await;
+    let held = holder
+        .rw_lock(name)
+        .unwrap()
+        .read()
+        .try_lock(Duration::ZERO, Some(LONG))
+        .await
+        .unwrap()
+        .expect("free");
+    (holder, held)
+}
+
 /// A writer waiting behind a reader, its ask left beside its mark; the
 /// writer's client reaches the server through `proxy` and looks again
 /// every third of `waiter_timeout`.
@@ -1047,15 +1061,7 @@ async fn a_writers_grant_whose_message_is_lost_is_found_by_its_next_attempt() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let proxy = Proxy::start(server.port).await;
-        let holder = client(&server.url(), LONG).await;
-        let held = holder
-            .rw_lock("lost-grant")
-            .unwrap()
-            .read()
-            .try_lock(Duration::ZERO, Some(LONG))
-            .await
-            .unwrap()
-            .expect("free");
+        let (_holder, held) = read_held(&server, "lost-grant").await;
         let (_c, writer) = asking_writer(&server, &proxy, "lost-grant", Duration::from_secs(3)).await;
         let (field, ask) = asks(&server, "lost-grant").remove(0);
         let field = field.trim_start_matches(":wa:").to_string();
@@ -1116,15 +1122,7 @@ async fn a_dropped_writers_wait_gives_back_a_grant_it_never_learned_of() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let proxy = Proxy::start(server.port).await;
-        let holder = client(&server.url(), LONG).await;
-        let held = holder
-            .rw_lock("given-back")
-            .unwrap()
-            .read()
-            .try_lock(Duration::ZERO, Some(LONG))
-            .await
-            .unwrap()
-            .expect("free");
+        let (_holder, held) = read_held(&server, "given-back").await;
         let (_c, writer) = asking_writer(&server, &proxy, "given-back", LONG).await;
         let field = asks(&server, "given-back")
             .remove(0)
@@ -1176,15 +1174,7 @@ async fn a_late_leave_of_an_earlier_write_wait_leaves_the_next_wait_of_its_owner
     );
     bounded(BOUND, async {
         let server = RedisServer::start();
-        let holder = client(&server.url(), LONG).await;
-        let held = holder
-            .rw_lock("late-leave")
-            .unwrap()
-            .read()
-            .try_lock(Duration::ZERO, Some(LONG))
-            .await
-            .unwrap()
-            .expect("free");
+        let (_holder, held) = read_held(&server, "late-leave").await;
         let (_c, writer) = asking_writer(&server, &Proxy::start(server.port).await, "late-leave", LONG).await;
         let (ask_field, ask) = asks(&server, "late-leave").remove(0);
         let owner = ask_field.trim_start_matches(":wa:").to_string();
@@ -1230,15 +1220,7 @@ async fn a_fresh_write_hold_never_carries_an_earlier_grants_request() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let proxy = Proxy::start(server.port).await;
-        let holder = client(&server.url(), LONG).await;
-        let held = holder
-            .rw_lock("left-take")
-            .unwrap()
-            .read()
-            .try_lock(Duration::ZERO, Some(LONG))
-            .await
-            .unwrap()
-            .expect("free");
+        let (_holder, held) = read_held(&server, "left-take").await;
         let (_c, writer) = asking_writer(&server, &proxy, "left-take", LONG).await;
         let field = asks(&server, "left-take")
             .remove(0)

@@ -683,3 +683,52 @@ async fn late_grant_message() -> Option<()> {
     g.unlock().await.unwrap();
     Some(())
 }
+
+/// A grant's message that comes later than a third of the grant's first
+/// lease after the waiter's last attempt is not claimed from the message:
+/// claimed, the hold would count as at risk (below half that lease)
+/// before its extension could land (held up here with the waiter's
+/// commands). The waiter's next attempt takes the grant instead, with its
+/// own lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_message_a_third_of_its_lease_late_is_taken_by_an_attempt_not_claimed() {
+    bounded(Duration::from_secs(60), async {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port).await;
+        let holder = client(&server.url(), LONG).await;
+        let held = holder.lock("third").unwrap().lock().await.unwrap();
+        // No look of its own within the test; a grant's first lease of 3 s.
+        let c = waiting_client(&proxy.url(), Duration::from_secs(20), Duration::from_secs(3)).await;
+        let lock = c.lock("third").unwrap();
+        let waiter = tokio::spawn(async move {
+            lock.try_lock(Duration::from_secs(30), LONG)
+                .await
+                .unwrap()
+                .expect("handed the lock")
+        });
+        assert!(eventually(Duration::from_secs(5), || listed(&server, "third") == 1).await);
+        let asked = Instant::now();
+        proxy.hold_messages();
+        held.unlock().await.unwrap();
+        assert_eq!(listed(&server, "third"), 0, "handed over");
+        // 1.2 s after the waiter's attempt: past a third of the grant's
+        // 3 s, short of half.
+        tokio::time::sleep_until((asked + Duration::from_millis(1200)).into()).await;
+        proxy.hold_commands();
+        proxy.pass_messages();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            !waiter.is_finished(),
+            "claimed from the message with its extension held up: at risk at once"
+        );
+        proxy.pass_commands();
+        let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("its attempt took the grant")
+            .unwrap();
+        assert!(!g.is_at_risk(), "its own lease");
+        assert!(g.validity() > Duration::from_secs(10), "{:?}", g.validity());
+        g.unlock().await.unwrap();
+    })
+    .await
+}

@@ -677,6 +677,7 @@ pub struct Proxy {
     /// that sent a SUBSCRIBE) is held back: pub/sub messages delayed while
     /// commands and their replies pass.
     holding_messages: Arc<AtomicBool>,
+    holding_commands: Arc<AtomicBool>,
     pub dropped: Arc<AtomicU64>,
     /// Bytes passed on from clients to the server.
     pub forwarded: Arc<AtomicU64>,
@@ -718,16 +719,18 @@ impl Proxy {
         let forwarded = Arc::new(AtomicU64::new(0));
         let stalled = Arc::new(AtomicBool::new(false));
         let holding = Arc::new(AtomicBool::new(false));
-        let (f, d, fw, st, hm) = (
+        let holding_commands = Arc::new(AtomicBool::new(false));
+        let (f, d, fw, st, hm, hc) = (
             flag.clone(),
             dropped.clone(),
             forwarded.clone(),
             stalled.clone(),
             holding.clone(),
+            holding_commands.clone(),
         );
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (f, d, fw, st, hm) = (f.clone(), d.clone(), fw.clone(), st.clone(), hm.clone());
+                let (f, d, fw, st, hm, hc) = (f.clone(), d.clone(), fw.clone(), st.clone(), hm.clone(), hc.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -747,13 +750,13 @@ impl Proxy {
                             n = cr.read(&mut a) => match n {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => {
-                                    while st.load(Ordering::SeqCst) {
-                                        tokio::time::sleep(Duration::from_millis(5)).await;
-                                    }
                                     if !subscriber {
                                         tail.extend_from_slice(&a[..n]);
                                         subscriber = sends_subscribe(&tail);
                                         tail.drain(..tail.len().saturating_sub(SUBSCRIBE_NAMES_MAX - 1));
+                                    }
+                                    while st.load(Ordering::SeqCst) || (!subscriber && hc.load(Ordering::SeqCst)) {
+                                        tokio::time::sleep(Duration::from_millis(5)).await;
                                     }
                                     if sw.write_all(&a[..n]).await.is_err() { return }
                                     fw.fetch_add(n as u64, Ordering::SeqCst);
@@ -782,6 +785,7 @@ impl Proxy {
             drop_next_reply: flag,
             stalled,
             holding_messages: holding,
+            holding_commands,
             dropped,
             forwarded,
             task,
@@ -813,6 +817,17 @@ impl Proxy {
     /// Ends [`Proxy::hold_messages`]: the messages held back pass on, late.
     pub fn pass_messages(&self) {
         self.holding_messages.store(false, Ordering::SeqCst);
+    }
+
+    /// Holds back the commands of every connection but the subscribers'
+    /// until [`Proxy::pass_commands`]: pub/sub messages still come.
+    pub fn hold_commands(&self) {
+        self.holding_commands.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends [`Proxy::hold_commands`].
+    pub fn pass_commands(&self) {
+        self.holding_commands.store(false, Ordering::SeqCst);
     }
 
     /// The next reply from the server, on any connection, is swallowed and

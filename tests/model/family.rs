@@ -820,7 +820,9 @@ impl FamilyModel {
             if let (Told::Handed(h), Some(w), Phase::Waiting { field }) = (told, &cl.writing, cl.phase) {
                 // As `wait::claim_grant`: a grant to the wait's request
                 // that names its latest attempt, with half its lease left
-                // as counted from that attempt's send.
+                // as counted from that attempt's send (the client claims
+                // only with two thirds left: the model's claims include
+                // every one it makes).
                 let named = u32::from(w.attempt) == h.attempt || self.defect == Some(Defect::ClaimIgnoresAttempt);
                 if w.req == h.req && named && cl.line.call.is_none() && now < w.sent + h.ms / 2 {
                     cl.phase = Phase::Held {
@@ -874,27 +876,7 @@ impl FamilyModel {
     /// way to client 1.
     fn handed(&self, empty: &State) -> State {
         let permit = |c: usize| Field::Permit(owner_of(c, 0));
-        let mut s = [
-            Action::Start(0, Op::Acquire(permit(0), 0)),
-            Action::Net(0, Net::Run),
-            Action::Net(0, Net::Hear),
-            Action::Start(1, Op::Acquire(permit(1), 0)),
-            Action::Net(1, Net::Run),
-            Action::Net(1, Net::Hear),
-        ]
-        .iter()
-        .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
-        .expect("a start the model reaches");
-        let Phase::Held { field, token, take, .. } = s.clients[0].phase else {
-            panic!("client 0 holds a permit: {:?}", s.clients[0].phase);
-        };
-        for a in [
-            Action::Start(0, Op::Release { field, token, take }),
-            Action::Net(0, Net::Run),
-            Action::Net(0, Net::Hear),
-        ] {
-            s = self.next_state(&s, a).expect("a start the model reaches");
-        }
+        let s = self.released_to(empty, permit(0), permit(1));
         assert!(
             matches!(s.clients[1].inbox.first(), Some(Told::Grant { .. })),
             "client 1 is handed its permits: {:?}",
@@ -907,11 +889,23 @@ impl FamilyModel {
     /// mark and ask left), and client 0's release hands client 1 the lock:
     /// the grant stands on the server and its message is on its way.
     fn writer_handed(&self, empty: &State) -> State {
+        let s = self.released_to(empty, Field::Reader(owner_of(0, 0)), Field::Writer(owner_of(1, 0)));
+        assert!(
+            matches!(s.clients[1].inbox.first(), Some(Told::Handed(_))),
+            "client 1 is handed the lock: {:?}",
+            s.clients[1]
+        );
+        s
+    }
+
+    /// Client 0 takes `held`, client 1's attempt at `waits` is refused
+    /// behind it, and client 0 releases.
+    fn released_to(&self, empty: &State, held: Field, waits: Field) -> State {
         let mut s = [
-            Action::Start(0, Op::Acquire(Field::Reader(owner_of(0, 0)), 0)),
+            Action::Start(0, Op::Acquire(held, 0)),
             Action::Net(0, Net::Run),
             Action::Net(0, Net::Hear),
-            Action::Start(1, Op::Acquire(Field::Writer(owner_of(1, 0)), 0)),
+            Action::Start(1, Op::Acquire(waits, 0)),
             Action::Net(1, Net::Run),
             Action::Net(1, Net::Hear),
         ]
@@ -919,7 +913,7 @@ impl FamilyModel {
         .try_fold(empty.clone(), |t, &a| self.next_state(&t, a))
         .expect("a start the model reaches");
         let Phase::Held { field, token, take, .. } = s.clients[0].phase else {
-            panic!("client 0 reads: {:?}", s.clients[0].phase);
+            panic!("client 0 holds: {:?}", s.clients[0].phase);
         };
         for a in [
             Action::Start(0, Op::Release { field, token, take }),
@@ -928,11 +922,6 @@ impl FamilyModel {
         ] {
             s = self.next_state(&s, a).expect("a start the model reaches");
         }
-        assert!(
-            matches!(s.clients[1].inbox.first(), Some(Told::Handed(_))),
-            "client 1 is handed the lock: {:?}",
-            s.clients[1]
-        );
         s
     }
 
