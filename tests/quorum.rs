@@ -230,7 +230,7 @@ async fn a_master_restarted_empty_lets_a_second_client_in_without_delayed_rejoin
 
 /// Twenty rounds: the hazard shows in the first round without the delay
 /// (above), and the model checker covers every interleaving of a restart
-/// with the rejoin delay (`tests/model_check.rs`, the quorum's bound).
+/// with the rejoin delay (`model-check/tests/model_check.rs`, the quorum's bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_rejoin_prevents_the_overlap_over_20_restarts() {
     bounded(Duration::from_secs(120), async {

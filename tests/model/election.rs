@@ -1,6 +1,6 @@
 //! A model of leader election (`src/election.rs`, `lua/elect_proclaim.lua`,
 //! `lua/elect_read.lua`) on one master, for the model checker
-//! (`tests/model_check.rs`).
+//! (`model-check/tests/model_check.rs`).
 //!
 //! The election is the reentrant lock (modelled in `server.rs` with its
 //! records and levels): here only what the election adds is kept. The

@@ -1,5 +1,5 @@
 //! A model of the count-down latch (`lua/latch.lua`, `src/latch.rs`) on
-//! one master, for the model checker (`tests/model_check.rs`) and the
+//! one master, for the model checker (`model-check/tests/model_check.rs`) and the
 //! differential test that holds it to the real script
 //! (`tests/differential_latch.rs`).
 //!

@@ -1,5 +1,5 @@
 //! A model of lockwarden's reentrant lock on one master, for the
-//! `stateright` model checker (`tests/model_check.rs`) and for the
+//! `stateright` model checker (`model-check/tests/model_check.rs`) and for the
 //! differential test that holds it to the real scripts
 //! (`tests/differential.rs`).
 //!

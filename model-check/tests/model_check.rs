@@ -1,5 +1,5 @@
 //! The reentrant lock's protocol, model-checked: every interleaving of the
-//! model in `tests/model/` (clients taking, re-entering, renewing and
+//! model in the library's `tests/model/` (clients taking, re-entering, renewing and
 //! releasing; lost requests and replies, re-sends, give-ups, crashes,
 //! stalls; FLUSHALL, restarts, evictions, a foreign key) up to a bound,
 //! breadth first, with each property checked in every reachable state.
@@ -9,6 +9,7 @@
 //! gives, or `LOCKWARDEN_MODEL_BOUNDS=<clients>,<acquires>,<calls>,<faults>,<foreign 0|1>[,<depth>[,<jumps>]]`
 //! for any other. Each property is also shown able to fail: the model given back
 //! a defect the property is there to catch yields a counterexample.
+#[path = "../../tests/model/mod.rs"]
 mod model;
 
 use std::fmt::Debug;
