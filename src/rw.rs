@@ -46,11 +46,11 @@ pub(crate) struct WriteWait {
     mark: LeaveOnExit,
     core: Arc<Core>,
     keys: Arc<LockKeys>,
-    /// The wait may ask for direct grants; its request id once it listens
-    /// (an uncontended lock never needs one), and the grants' first lease.
-    grants: bool,
+    /// The grants' first lease when the wait may ask for direct grants
+    /// (`wait::grant_lease`); its request id once it listens (an
+    /// uncontended lock never needs one).
+    grant_lease: Option<Duration>,
     request: Option<String>,
-    grant_lease: Duration,
     /// An attempt carried `request` (an ask, or a grant to it, may exist).
     asked: AtomicBool,
 }
@@ -60,7 +60,6 @@ impl WriteWait {
     /// `will_wait`: more than one attempt, with `lease`.
     pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> WriteWait {
         let core = t.core;
-        let grant_lease = crate::wait::grant_lease(t, owner, will_wait, lease);
         WriteWait {
             // Its channel is never open before the first attempt (see
             // `channel`), so whether it waits does not matter.
@@ -69,9 +68,8 @@ impl WriteWait {
             mark: LeaveOnExit::leave(t, owner, false),
             core: core.clone(),
             keys: t.keys.clone(),
-            grants: grant_lease.is_some(),
+            grant_lease: crate::wait::grant_lease(t, owner, will_wait, lease),
             request: None,
-            grant_lease: grant_lease.unwrap_or_default(),
             asked: AtomicBool::new(false),
         }
     }
@@ -111,7 +109,7 @@ impl Policy for WriteWait {
         interest: &Interest,
         first: Option<bool>,
     ) -> impl Future<Output = Result<bool>> + Send {
-        if self.grants && self.request.is_none() {
+        if self.grant_lease.is_some() && self.request.is_none() {
             self.fresh_request();
         }
         self.mark.arm();
@@ -122,7 +120,7 @@ impl Policy for WriteWait {
         let mut request = self.inner.request();
         if let (Some(id), true) = (&self.request, request.waiting.waits()) {
             request.grant_to = Some((id, &self.core.uuid));
-            request.grant_lease = Some(self.grant_lease);
+            request.grant_lease = self.grant_lease;
             request.sent_before = self.asked.swap(true, Ordering::Relaxed);
         }
         request

@@ -762,25 +762,19 @@ impl FamilyModel {
             s.downgraded = true;
         }
         let cl = &mut s.clients[c];
-        if cl.listen.is_some() {
-            let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
-            let over = match cl.phase {
-                Phase::Waiting { .. } => false,
-                Phase::Idle => !acquiring,
-                Phase::Held { .. } | Phase::Lost { .. } => true,
-            };
-            if over {
-                cl.listen = None;
-                cl.inbox.clear();
-            }
+        // A read-write wait is over once the client holds, or stopped
+        // without an attempt on its way.
+        let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
+        let over = match cl.phase {
+            Phase::Waiting { .. } => false,
+            Phase::Idle => !acquiring,
+            Phase::Held { .. } | Phase::Lost { .. } => true,
+        };
+        if cl.listen.is_some() && over {
+            cl.listen = None;
+            cl.inbox.clear();
         }
         if let Some(w) = &cl.writing {
-            let acquiring = cl.line.calls(|op| matches!(op, Op::Acquire(..)));
-            let over = match cl.phase {
-                Phase::Waiting { .. } => false,
-                Phase::Idle => !acquiring,
-                Phase::Held { .. } | Phase::Lost { .. } => true,
-            };
             if over {
                 if cl.phase == Phase::Idle {
                     // Stopped without the lock (dropped, or failed): its
