@@ -26,6 +26,8 @@ total() {
          }
          END { printf "%d passed, %d failed\n", p, f }' "$results"
 }
+# Each command traced with the time it started.
+PS4='+ [$(date +%T)] '
 set -x
 cargo fmt --all -- --check
 # The layering of ARCHITECTURE.md: no import circle, no import up the
