@@ -6,7 +6,10 @@
 //! step the replies, the messages published on the waiters' channels and
 //! every key (the lock hash, the queue, the deadlines, the grant asks, the
 //! counter, the replay records, TTLs) must agree. proptest shrinks a
-//! failing sequence to the shortest one that still diverges.
+//! failing sequence to the shortest one that still diverges. Run twice:
+//! with every waiter leaving its grant ask (one master), and with none, as
+//! a quorum's waiters queue (woken on their owner field's channel, never
+//! handed the lock, leaving without naming a request).
 //!
 //! The model counts time in ticks; here a tick is [`UNIT`] ms and the
 //! model's clock stands still (the real one moves a few milliseconds per
@@ -116,6 +119,9 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 struct Run<'a> {
+    /// The waiters leave grant asks, and their leaves name their requests
+    /// (one master); or neither (a quorum).
+    asks: bool,
     model: Server,
     redis: &'a mut Resp,
     /// Subscribed to every waiter's wake channel.
@@ -158,9 +164,10 @@ impl Run<'_> {
                     req,
                     attempt,
                     wait,
+                    ask: wait && self.asks,
                 };
                 let want = self.model.acquire(a, None);
-                let ask = if wait {
+                let ask = if a.ask {
                     format!("{} {} {req} {attempt} {}", ms(LEASE), ms(RECORD), wake_id(o))
                 } else {
                     String::new()
@@ -236,23 +243,40 @@ impl Run<'_> {
                     return self.check();
                 }
                 let req = mine[which % mine.len()];
-                self.model.leave(o, req, req..=req, None);
-                let rec = record(req);
-                self.redis.cmd(&[
-                    "EVAL",
-                    LEAVE,
-                    "6",
-                    LOCK,
-                    QUEUE,
-                    TIMEOUTS,
-                    COUNTER,
-                    ASKS,
-                    &rec,
-                    &owner(o),
-                    WAKE_PREFIX,
-                    "PUBLISH",
-                    &req.to_string(),
-                ]);
+                if self.asks {
+                    self.model.leave(o, Some((req, req..=req)), None);
+                    let rec = record(req);
+                    self.redis.cmd(&[
+                        "EVAL",
+                        LEAVE,
+                        "6",
+                        LOCK,
+                        QUEUE,
+                        TIMEOUTS,
+                        COUNTER,
+                        ASKS,
+                        &rec,
+                        &owner(o),
+                        WAKE_PREFIX,
+                        "PUBLISH",
+                        &req.to_string(),
+                    ]);
+                } else {
+                    self.model.leave(o, None, None);
+                    self.redis.cmd(&[
+                        "EVAL",
+                        LEAVE,
+                        "5",
+                        LOCK,
+                        QUEUE,
+                        TIMEOUTS,
+                        COUNTER,
+                        ASKS,
+                        &owner(o),
+                        WAKE_PREFIX,
+                        "PUBLISH",
+                    ]);
+                }
             }
             Step::Renew { owner: o } => {
                 let want = self.model.renew(o);
@@ -276,7 +300,7 @@ impl Run<'_> {
                     let ticks = if matches!(step, Step::DeadlineNears(_)) { 1 } else { 0 };
                     let q = &mut self.model.queue[n];
                     q.deadline = self.model.now + ticks;
-                    let (o, req, attempt) = (q.owner, q.req, q.attempt);
+                    let (o, req, attempt, asks) = (q.owner, q.req, q.attempt, q.asks);
                     // Within a tick (the model's deadline is now + 1), or
                     // just passed (now: no longer after it).
                     let deadline = if ticks == 1 {
@@ -286,8 +310,10 @@ impl Run<'_> {
                     };
                     let deadline = deadline.to_string();
                     self.redis.cmd(&["ZADD", TIMEOUTS, "XX", &deadline, &owner(o)]);
-                    let ask = format!("{deadline} {} {} {req} {attempt} {}", ms(LEASE), ms(RECORD), wake_id(o));
-                    self.redis.cmd(&["HSET", ASKS, &owner(o), &ask]);
+                    if asks {
+                        let ask = format!("{deadline} {} {} {req} {attempt} {}", ms(LEASE), ms(RECORD), wake_id(o));
+                        self.redis.cmd(&["HSET", ASKS, &owner(o), &ask]);
+                    }
                 }
             }
             Step::QueueEnds => {
@@ -334,7 +360,7 @@ impl Run<'_> {
 
     fn check(&mut self) -> Result<(), TestCaseError> {
         let mut want = Vec::new();
-        for (o, msg) in self.model.sent.clone() {
+        for (o, msg, to_wake_id) in self.model.sent.clone() {
             let payload = match msg {
                 Msg::Wake => "0".to_string(),
                 Msg::Grant {
@@ -344,7 +370,8 @@ impl Run<'_> {
                     attempt,
                 } => format!("g {} {} {req} {attempt}", self.real(token)?, ms * UNIT),
             };
-            want.push((format!("{WAKE_PREFIX}{}", wake_id(o)), payload));
+            let channel = if to_wake_id { wake_id(o) } else { owner(o) };
+            want.push((format!("{WAKE_PREFIX}{channel}"), payload));
         }
         let got = published(self.sub);
         prop_assert_eq!(
@@ -395,8 +422,12 @@ impl Run<'_> {
             prop_assert_eq!(pairs, want, "the lock hash");
             check_ttl(self.redis, LOCK, (h.expires - now) * UNIT)?;
         }
+        let asking = self.model.queue.iter().filter(|q| q.asks).count();
         if !self.model.queue.is_empty() {
-            want_keys.extend([QUEUE, TIMEOUTS, ASKS].map(String::from));
+            want_keys.extend([QUEUE, TIMEOUTS].map(String::from));
+            if asking > 0 {
+                want_keys.push(ASKS.to_string());
+            }
             let order: Vec<String> = self.model.queue.iter().map(|q| owner(q.owner)).collect();
             prop_assert_eq!(
                 self.redis.cmd(&["LRANGE", QUEUE, "0", "-1"]).strings(),
@@ -413,17 +444,19 @@ impl Run<'_> {
                     owner(q.owner),
                     score - server_now
                 );
-                let ask = format!(
-                    "{score} {} {} {} {} {}",
-                    ms(LEASE),
-                    ms(RECORD),
-                    q.req,
-                    q.attempt,
-                    wake_id(q.owner)
-                );
+                let ask = q.asks.then(|| {
+                    Reply::Str(format!(
+                        "{score} {} {} {} {} {}",
+                        ms(LEASE),
+                        ms(RECORD),
+                        q.req,
+                        q.attempt,
+                        wake_id(q.owner)
+                    ))
+                });
                 prop_assert_eq!(
                     self.redis.cmd(&["HGET", ASKS, &owner(q.owner)]),
-                    Reply::Str(ask),
+                    ask.unwrap_or(Reply::Nil),
                     "{}'s ask",
                     owner(q.owner)
                 );
@@ -435,10 +468,10 @@ impl Run<'_> {
             );
             prop_assert_eq!(
                 self.redis.cmd(&["HLEN", ASKS]).as_int(),
-                Some(self.model.queue.len() as i64),
+                Some(asking as i64),
                 "the asks"
             );
-            for key in [QUEUE, TIMEOUTS, ASKS] {
+            for key in [QUEUE, TIMEOUTS, ASKS].iter().take(if asking > 0 { 3 } else { 2 }) {
                 check_ttl(self.redis, key, (self.model.queue_expires - now) * UNIT)?;
             }
         }
@@ -466,6 +499,17 @@ async fn the_scripts_tested_are_the_ones_the_library_loads() {
 
 #[test]
 fn the_real_fair_scripts_answer_publish_and_write_as_the_model() {
+    hold_to_the_model(true);
+}
+
+/// A quorum's fair waiters: no grant asks, woken on their owner fields'
+/// channels, leaves naming no request.
+#[test]
+fn the_real_fair_scripts_without_grant_asks_answer_publish_and_write_as_the_model() {
+    hold_to_the_model(false);
+}
+
+fn hold_to_the_model(asks: bool) {
     let server = common::RedisServer::start();
     let sub = std::cell::RefCell::new(server.resp());
     sub.borrow_mut().cmd(&["PSUBSCRIBE", &format!("{WAKE_PREFIX}*")]);
@@ -475,6 +519,7 @@ fn the_real_fair_scripts_answer_publish_and_write_as_the_model() {
         // sequence's.
         published(&mut sub);
         let mut run = Run {
+            asks,
             model: Server::new(OWNERS as usize),
             redis,
             sub: &mut sub,

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use model::election::{Bounds as ElectionBounds, Defect as ElectionDefect, ElectionModel};
 use model::fair::{Bounds as FairBounds, Defect as FairDefect, FairModel};
+use model::fair_quorum::{Bounds as FairQuorumBounds, Defect as FairQuorumDefect, FairQuorumModel};
 use model::fair_sem::{Bounds as FairSemBounds, Defect as FairSemDefect, FairSemModel};
 use model::family::{Bounds as FamilyBounds, FamilyModel, Role};
 use model::latch::{Bounds as LatchBounds, Defect as LatchDefect, LatchModel};
@@ -1115,6 +1116,81 @@ fn every_quorum_property_finds_the_defect_it_is_there_for() {
         counterexample(
             &format!("{defect:?}"),
             QuorumModel::with_defect(bounds, defect),
+            bounds.depth,
+            property,
+        );
+    }
+}
+
+/// The fair lock over a quorum: two clients over three masters, one wait
+/// each of up to three attempts, one restart.
+const FAIR_QUORUM: FairQuorumBounds = FairQuorumBounds {
+    clients: 2,
+    acquires: 1,
+    tries: 2,
+    restarts: 1,
+    depth: Some(9),
+    counters_apart: false,
+};
+
+#[test]
+fn the_fair_lock_over_a_quorum_keeps_every_property_in_every_reachable_state() {
+    let long = std::env::var_os("LOCKWARDEN_MODEL_LONG").is_some();
+    let bounds = FairQuorumBounds {
+        depth: depth("FAIR_QUORUM", FAIR_QUORUM.depth, 2),
+        counters_apart: long,
+        ..FAIR_QUORUM
+    };
+    explore(
+        &format!("FAIR_QUORUM {bounds:?}"),
+        FairQuorumModel::new(bounds),
+        bounds.depth,
+    );
+}
+
+/// Each defect of the fair lock over a quorum, the depth its
+/// counterexample needs, and the property that catches it.
+const FAIR_QUORUM_CAUGHT: [(FairQuorumDefect, usize, &str); 5] = [
+    // Each client granted by one master and queued behind the other's
+    // hold on another, a request of each lost: both split, and with their
+    // places kept, the first back finds the other ahead of it (6 steps).
+    (
+        FairQuorumDefect::SplitKeepsPlaces,
+        8,
+        "after a split, the first to try again alone holds",
+    ),
+    (
+        FairQuorumDefect::MajorityOfOne,
+        8,
+        "never two holders with validity left",
+    ),
+    // From masters whose counters differ (7 steps past the start).
+    (FairQuorumDefect::NoRaise, 9, "quorum tokens only grow, across restarts"),
+    (
+        FairQuorumDefect::Server(FairDefect::Barging),
+        7,
+        "a free lock goes to the head of the queue",
+    ),
+    (
+        FairQuorumDefect::Server(FairDefect::RefusalExtends),
+        6,
+        "no waiter's call moves a holder's lease",
+    ),
+];
+
+#[test]
+fn every_fair_quorum_property_finds_the_defect_it_is_there_for() {
+    for (defect, depth, property) in FAIR_QUORUM_CAUGHT {
+        let bounds = FairQuorumBounds {
+            acquires: if defect == FairQuorumDefect::NoRaise { 2 } else { 1 },
+            depth: Some(depth),
+            counters_apart: defect == FairQuorumDefect::NoRaise,
+            restarts: 0,
+            ..FAIR_QUORUM
+        };
+        counterexample(
+            &format!("{defect:?}"),
+            FairQuorumModel::with_defect(bounds, defect),
             bounds.depth,
             property,
         );

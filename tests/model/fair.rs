@@ -39,13 +39,17 @@ pub struct Hold {
 
 /// A waiter in the queue: its place is its index; its deadline (its score
 /// in the deadlines set) and its ask (the wait's request, and the number
-/// of the attempt that wrote it).
+/// of the attempt that wrote it). A waiter without an ask (`asks` false:
+/// a quorum's, which an unlock wakes on its owner field's channel and
+/// never hands the lock) has only the deadline; its `req` and `attempt`
+/// mean nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Queued {
     pub owner: Owner,
     pub deadline: i32,
     pub req: Req,
     pub attempt: u8,
+    pub asks: bool,
 }
 
 /// A message on a waiter's wake channel.
@@ -126,9 +130,11 @@ pub struct Server {
     pub counter: Counter,
     pub records: Vec<Record>,
     pub mail: Vec<Option<Msg>>,
-    /// The messages the last script published, in order (for the
-    /// differential test; the checker empties it after each step).
-    pub sent: Vec<(Owner, Msg)>,
+    /// The messages the last script published, in order, each with
+    /// whether it went to the waiter's wake id (its ask names one) rather
+    /// than its owner field (for the differential test; the checker
+    /// empties it after each step).
+    pub sent: Vec<(Owner, Msg, bool)>,
     /// Ghosts: a release changed a hold that was not the caller's; a
     /// caller that does not hold moved the lease; a free lock went to one
     /// that was not the queue's live head; a grant's lease outlived its
@@ -142,13 +148,15 @@ pub struct Server {
 }
 
 /// An attempt (`wait`: a waiter's, which queues when refused) or a
-/// re-entry.
+/// re-entry; `ask`: a waiter's attempt leaves its grant ask (one master),
+/// or none (a quorum's).
 #[derive(Clone, Copy, Debug)]
 pub struct Acquire {
     pub owner: Owner,
     pub req: Req,
     pub attempt: u8,
     pub wait: bool,
+    pub ask: bool,
 }
 
 impl Server {
@@ -187,9 +195,8 @@ impl Server {
     /// head, as it stands (live or not), told with a plain wake-up.
     pub fn force_unlock(&mut self) {
         self.lock = None;
-        if let Some(head) = self.queue.first() {
-            let owner = head.owner;
-            self.send(owner, Msg::Wake);
+        if let Some(&head) = self.queue.first() {
+            self.send(head, Msg::Wake);
         }
     }
 
@@ -213,6 +220,22 @@ impl Server {
         self.advance(0);
     }
 
+    /// Its times `n` ticks earlier (the checker's times are relative to
+    /// now, so states that differ only in when they happen are one).
+    pub fn rebase(&mut self, n: i32) {
+        self.now -= n;
+        if let Some(h) = self.lock.as_mut() {
+            h.expires -= n;
+        }
+        for q in &mut self.queue {
+            q.deadline -= n;
+        }
+        self.queue_expires = (self.queue_expires - n).max(self.now);
+        for r in &mut self.records {
+            r.expires -= n;
+        }
+    }
+
     pub fn flush(&mut self) {
         self.lock = None;
         self.queue.clear();
@@ -220,8 +243,11 @@ impl Server {
         self.records.clear();
     }
 
-    fn send(&mut self, owner: Owner, msg: Msg) {
-        self.sent.push((owner, msg));
+    /// Publishes `msg` to the waiter of place `to` (on its wake id when it
+    /// asked, else on its owner field).
+    fn send(&mut self, to: Queued, msg: Msg) {
+        let owner = to.owner;
+        self.sent.push((owner, msg, to.asks));
         let slot = &mut self.mail[owner as usize];
         // A plain wake-up does not replace a grant the waiter has yet to
         // read (the subscriber keeps the latest message that said more).
@@ -264,7 +290,6 @@ impl Server {
             }
             _ => {}
         }
-        let mut head = None;
         match self.lock {
             Some(mut h) => {
                 if h.take == Some(a.req) {
@@ -298,7 +323,7 @@ impl Server {
                 if defect != Some(Defect::NoEviction) {
                     self.queue.retain(|q| q.deadline > now);
                 }
-                head = self.queue.first().map(|q| q.owner);
+                let head = self.queue.first().map(|q| q.owner);
                 if head.is_none() || head == Some(a.owner) || defect == Some(Defect::Barging) {
                     if head.is_some_and(|o| o != a.owner) {
                         self.barged = true;
@@ -325,8 +350,13 @@ impl Server {
                     } else {
                         deadline
                     };
-                    q.req = a.req;
-                    q.attempt = a.attempt;
+                    // A waiter without an ask writes none (one asked
+                    // before stays).
+                    if a.ask {
+                        q.req = a.req;
+                        q.attempt = a.attempt;
+                        q.asks = true;
+                    }
                 }
                 None => {
                     self.queue.push(Queued {
@@ -334,8 +364,8 @@ impl Server {
                         deadline,
                         req: a.req,
                         attempt: a.attempt,
+                        asks: a.ask,
                     });
-                    head = head.or(Some(a.owner));
                 }
             }
             self.queue_expires = now + 2 * WAITER;
@@ -343,8 +373,8 @@ impl Server {
         if let Some(h) = self.lock {
             return AcquireReply::Refused { pttl: h.expires - now };
         }
-        if let Some(o) = head.filter(|&o| o != a.owner) {
-            self.send(o, Msg::Wake);
+        if let Some(q) = self.queue.first().copied().filter(|q| q.owner != a.owner) {
+            self.send(q, Msg::Wake);
         }
         AcquireReply::Behind
     }
@@ -391,14 +421,18 @@ impl Server {
         ReleaseReply::Left(0)
     }
 
-    /// The unlock's hand-over: the live head gets the lock (every waiter
-    /// here asks for grants, as on one master).
+    /// The unlock's hand-over: the live head gets the lock when it asked
+    /// (one master), or is woken and stays the head (a quorum's waiter).
     fn grant_head(&mut self, defect: Option<Defect>) {
         let now = self.now;
         while self.queue.first().is_some_and(|q| q.deadline <= now) {
             self.queue.remove(0);
         }
         let Some(q) = self.queue.first().copied() else { return };
+        if !q.asks {
+            self.send(q, Msg::Wake);
+            return;
+        }
         let token = self.next_token(defect);
         let ms = if defect == Some(Defect::GrantIgnoresDeadline) {
             LEASE
@@ -423,7 +457,7 @@ impl Server {
             now + RECORD.max(ms),
         );
         self.send(
-            q.owner,
+            q,
             Msg::Grant {
                 token,
                 ms,
@@ -434,20 +468,27 @@ impl Server {
     }
 
     /// fair_leave.lua, with the wait's request and every request its asks
-    /// named (`asked`: from the wait's first to its latest): out of the
-    /// queue when the place's ask names one of them (else the place is a
-    /// later wait's of the same owner, and a late leave leaves it), and a
-    /// grant it never learned of given back while it is the latest hold.
-    pub fn leave(&mut self, owner: Owner, req: Req, asked: std::ops::RangeInclusive<Req>, defect: Option<Defect>) {
-        let mine =
-            |q: &Queued| q.owner == owner && (asked.contains(&q.req) || defect == Some(Defect::LeaveTakesAnyPlace));
+    /// named (`wait`: the request, and the asked ones from the wait's
+    /// first to its latest): out of the queue when the place's ask names
+    /// one of them, or it has no ask (else the place is a later wait's of
+    /// the same owner, and a late leave leaves it), and a grant it never
+    /// learned of given back while it is the latest hold. A quorum's leave
+    /// names nothing (`wait` `None`): it takes the owner's place, whichever
+    /// wait's.
+    pub fn leave(&mut self, owner: Owner, wait: Option<(Req, std::ops::RangeInclusive<Req>)>, defect: Option<Defect>) {
+        let named = |q: &Queued| wait.as_ref().is_none_or(|(_, asked)| !q.asks || asked.contains(&q.req));
+        let mine = |q: &Queued| q.owner == owner && (named(q) || defect == Some(Defect::LeaveTakesAnyPlace));
         let was_head = self.queue.first().is_some_and(mine);
-        if self.queue.iter().any(|q| mine(q) && !asked.contains(&q.req)) {
+        if self.queue.iter().any(|q| mine(q) && !named(q)) {
             self.took_another_place = true;
         }
         self.queue.retain(|q| !mine(q));
         let mut freed = false;
-        if let Some(Recorded::Granted { token }) = recorded(&self.records, req) {
+        let granted = wait.as_ref().and_then(|(req, _)| match recorded(&self.records, *req) {
+            Some(Recorded::Granted { token }) => Some((*req, token)),
+            _ => None,
+        });
+        if let Some((req, token)) = granted {
             let latest = self.counter.value == Some(token) || defect == Some(Defect::LeaveIgnoresCounter);
             if let Some(mut h) = self.lock.filter(|h| h.owner == owner && latest) {
                 if h.token != token {
@@ -470,7 +511,7 @@ impl Server {
         }
         if (freed || was_head) && self.lock.is_none() {
             if let Some(q) = self.queue.first().copied() {
-                self.send(q.owner, Msg::Wake);
+                self.send(q, Msg::Wake);
             }
         }
     }
@@ -702,6 +743,7 @@ impl FairModel {
                     req,
                     attempt,
                     wait: true,
+                    ask: true,
                 },
                 self.defect,
             )),
@@ -711,6 +753,7 @@ impl FairModel {
                     req: call.req,
                     attempt: 0,
                     wait: false,
+                    ask: false,
                 },
                 self.defect,
             )),
@@ -946,6 +989,7 @@ impl FairModel {
                     req,
                     attempt: 0,
                     wait: false,
+                    ask: false,
                 };
                 if let AcquireReply::Held { token, .. } = s.server.acquire(a, self.defect) {
                     s.clients[c].pending[i] = Some(Pending::GiveBack { token });
@@ -1255,7 +1299,7 @@ impl Model for FairModel {
             Action::LeaveRuns(c) => {
                 let (first, req) = s.clients[c].leaving.take()?;
                 let was = s.server.lock;
-                s.server.leave(c as Owner, req, first..=req, self.defect);
+                s.server.leave(c as Owner, Some((req, first..=req)), self.defect);
                 // The stopped wait's grant, which a later acquisition of
                 // the same owner entered (its reply counted that level
                 // too), is given back: the client counts its own guards,
@@ -1366,17 +1410,7 @@ impl Model for FairModel {
 /// Times relative to now (see the reentrant model's `shift`).
 fn shift(s: &mut State) {
     let n = s.server.now;
-    s.server.now = 0;
-    if let Some(h) = s.server.lock.as_mut() {
-        h.expires -= n;
-    }
-    for q in &mut s.server.queue {
-        q.deadline -= n;
-    }
-    s.server.queue_expires = (s.server.queue_expires - n).max(0);
-    for r in &mut s.server.records {
-        r.expires -= n;
-    }
+    s.server.rebase(n);
     for cl in &mut s.clients {
         cl.line.shift(n);
         match &mut cl.phase {

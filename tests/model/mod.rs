@@ -23,6 +23,7 @@
 
 pub mod election;
 pub mod fair;
+pub mod fair_quorum;
 pub mod fair_sem;
 pub mod family;
 pub mod latch;
