@@ -28,7 +28,7 @@
 use stateright::{Model, Property};
 
 use super::fair::{Acquire, AcquireReply, Server};
-use super::quorum::{Answer, Part, MAJORITY, MASTERS, REJOIN};
+use super::quorum::{raise_counter, tally, write_back, Answer, Part, MAJORITY, MASTERS, REJOIN};
 use super::server::{Owner, Req};
 use super::LEASE;
 
@@ -226,25 +226,7 @@ impl FairQuorumModel {
         let Phase::Asking { req, since, parts } = s.clients[c].phase else {
             return;
         };
-        let mut tokens = [None; MASTERS];
-        let mut granted = 0;
-        for (m, part) in parts.iter().enumerate() {
-            if let Part::Granted(t, _) = *part {
-                tokens[m] = Some(t);
-                if Self::counts(s, m) {
-                    granted += 1;
-                }
-            }
-        }
-        // A re-entered level is left from a hold of the client's it lost:
-        // a new hold whose token would be that one's is undone.
-        let stale = parts
-            .iter()
-            .filter_map(|p| match *p {
-                Part::Granted(t, true) => Some(t),
-                _ => None,
-            })
-            .max();
+        let (mut tokens, granted, stale) = tally(&parts, |m| Self::counts(s, m));
         let token = (granted >= self.majority())
             .then(|| self.write_back(s, c, &mut tokens))
             .flatten()
@@ -303,32 +285,21 @@ impl FairQuorumModel {
         }
     }
 
-    /// `quorum::write_back` (see the quorum's model).
+    /// `quorum::write_back` on the fair lock's masters.
     fn write_back(&self, s: &mut State, c: usize, tokens: &mut [Option<u64>; MASTERS]) -> Option<u64> {
-        let token = tokens.iter().flatten().copied().max()?;
-        if self.defect != Some(Defect::NoRaise) {
-            for (m, t) in tokens.iter_mut().enumerate() {
-                let Some(held) = *t else { continue };
-                if held >= token {
-                    continue;
+        let no_raise = self.defect == Some(Defect::NoRaise);
+        write_back(tokens, self.majority(), no_raise, |m, held, token| {
+            let server = &mut s.masters[m].server;
+            if raise_counter(&mut server.counter, token) {
+                if let Some(h) = server
+                    .lock
+                    .as_mut()
+                    .filter(|h| h.owner == c as Owner && h.token == held)
+                {
+                    h.token = token;
                 }
-                let server = &mut s.masters[m].server;
-                if server.counter.value.is_none_or(|v| v < token) {
-                    server.counter.value = Some(token);
-                    server.counter.max_token = server.counter.max_token.max(token);
-                    if let Some(h) = server
-                        .lock
-                        .as_mut()
-                        .filter(|h| h.owner == c as Owner && h.token == held)
-                    {
-                        h.token = token;
-                    }
-                }
-                *t = Some(token);
             }
-        }
-        let at_token = tokens.iter().filter(|t| **t == Some(token)).count();
-        (at_token >= self.majority() || self.defect == Some(Defect::NoRaise)).then_some(token)
+        })
     }
 
     /// What every step ends with: the messages are not modelled (see the

@@ -1782,22 +1782,7 @@ fn lapses(server: &Server) -> bool {
 fn shift(s: &mut State) {
     let n = s.server.now;
     let back = |t: i32, floor: i32| (t - n).max(floor);
-    s.server.now = 0;
-    if let Name::Hash(h) = &mut s.server.name {
-        h.expires -= n;
-        for x in &mut h.holds {
-            x.deadline = back(x.deadline, 0);
-        }
-        for m in &mut h.marks {
-            m.1 = back(m.1, 0);
-        }
-    }
-    for r in &mut s.server.records {
-        r.expires -= n;
-    }
-    let w = &mut s.server.waiting;
-    w.list_expires = if w.list.is_empty() { 0 } else { w.list_expires - n };
-    w.asks_expires = if w.asks.is_empty() { 0 } else { w.asks_expires - n };
+    s.server.rebase(n);
     for cl in &mut s.clients {
         cl.line.shift(n);
         if let Some(w) = cl.wait.as_mut() {

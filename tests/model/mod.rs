@@ -29,6 +29,7 @@ pub mod family;
 pub mod latch;
 pub mod net;
 pub mod quorum;
+pub mod rw_quorum;
 pub mod server;
 pub mod shared_hash;
 pub mod wake;

@@ -240,30 +240,11 @@ impl QuorumModel {
         let Phase::Acquiring { req, since, parts } = s.clients[c].phase else {
             return;
         };
-        let mut tokens = [None; MASTERS];
-        let mut granted = 0;
-        for (m, part) in parts.iter().enumerate() {
-            let held = match *part {
-                Part::Granted(t, _) => Some(t),
-                Part::Unanswered if self.defect == Some(Defect::CountsUnanswered) => Some(0),
-                _ => None,
-            };
-            if let Some(t) = held {
-                tokens[m] = Some(t);
-                if self.counts(s, m) {
-                    granted += 1;
-                }
-            }
-        }
-        // A re-entered level is left from a hold of the client's it lost:
-        // a new hold whose token would be that one's is undone.
-        let stale = parts
-            .iter()
-            .filter_map(|p| match *p {
-                Part::Granted(t, true) => Some(t),
-                _ => None,
-            })
-            .max();
+        let counted = parts.map(|p| match p {
+            Part::Unanswered if self.defect == Some(Defect::CountsUnanswered) => Part::Granted(0, false),
+            p => p,
+        });
+        let (mut tokens, granted, stale) = tally(&counted, |m| self.counts(s, m));
         let token = (granted >= self.majority())
             .then(|| self.write_back(s, c, &mut tokens))
             .flatten()
@@ -318,29 +299,77 @@ impl QuorumModel {
     /// their holds' `:token` with it; the token when a majority then has
     /// it.
     fn write_back(&self, s: &mut State, c: usize, tokens: &mut [Option<u64>; MASTERS]) -> Option<u64> {
-        let token = tokens.iter().flatten().copied().max()?;
-        if self.defect != Some(Defect::NoRaise) {
-            for (m, t) in tokens.iter_mut().enumerate() {
-                let Some(held) = *t else { continue };
-                if held >= token {
-                    continue;
-                }
-                let server = &mut s.masters[m].server;
-                if server.counter.value.is_none_or(|v| v < token) {
-                    server.counter.value = Some(token);
-                    server.counter.max_token = server.counter.max_token.max(token);
-                    if let super::server::Key::Hold(h) = &mut server.lock {
-                        if h.owner == c as Owner && h.token == held {
-                            h.token = token;
-                        }
+        let no_raise = self.defect == Some(Defect::NoRaise);
+        write_back(tokens, self.majority(), no_raise, |m, held, token| {
+            let server = &mut s.masters[m].server;
+            if raise_counter(&mut server.counter, token) {
+                if let super::server::Key::Hold(h) = &mut server.lock {
+                    if h.owner == c as Owner && h.token == held {
+                        h.token = token;
                     }
                 }
+            }
+        })
+    }
+}
+
+/// An attempt's granted parts: each master's token, how many of the
+/// masters that granted count (`counts`), and the highest token of a level
+/// it re-entered (left from a hold of the client's it lost: a new hold
+/// whose token would be that one's is undone).
+pub fn tally(parts: &[Part; MASTERS], counts: impl Fn(usize) -> bool) -> ([Option<u64>; MASTERS], usize, Option<u64>) {
+    let mut tokens = [None; MASTERS];
+    let mut granted = 0;
+    let mut stale = None;
+    for (m, part) in parts.iter().enumerate() {
+        if let Part::Granted(t, reentered) = *part {
+            tokens[m] = Some(t);
+            if counts(m) {
+                granted += 1;
+            }
+            if reentered {
+                stale = stale.max(Some(t));
+            }
+        }
+    }
+    (tokens, granted, stale)
+}
+
+/// `quorum::write_back` for any kind: the hold's token is the highest of
+/// its grants, written back (`raise`: `raise_token.lua` on master m, given
+/// the token the hold got there and the one to write) to the masters that
+/// granted lower (none with `no_raise`, a defect); the token when
+/// `majority` of them then have it.
+pub fn write_back(
+    tokens: &mut [Option<u64>; MASTERS],
+    majority: usize,
+    no_raise: bool,
+    mut raise: impl FnMut(usize, u64, u64),
+) -> Option<u64> {
+    let token = tokens.iter().flatten().copied().max()?;
+    if !no_raise {
+        for (m, t) in tokens.iter_mut().enumerate() {
+            let Some(held) = *t else { continue };
+            if held < token {
+                raise(m, held, token);
                 *t = Some(token);
             }
         }
-        let at_token = tokens.iter().filter(|t| **t == Some(token)).count();
-        (at_token >= self.majority() || self.defect == Some(Defect::NoRaise)).then_some(token)
     }
+    let at_token = tokens.iter().filter(|t| **t == Some(token)).count();
+    (at_token >= majority || no_raise).then_some(token)
+}
+
+/// `raise_token.lua`'s counter: set to `token` when below it (or lost);
+/// whether it was (the hold's own token is then raised too, when it is
+/// still the one the attempt got).
+pub fn raise_counter(counter: &mut super::server::Counter, token: u64) -> bool {
+    if counter.value.is_some_and(|v| v >= token) {
+        return false;
+    }
+    counter.value = Some(token);
+    counter.max_token = counter.max_token.max(token);
+    true
 }
 
 fn release_of(c: usize, req: Req, token: Option<u64>) -> ReleaseCall {

@@ -459,6 +459,29 @@ impl Server {
         self.advance(0);
     }
 
+    /// Its times `n` ticks earlier, a deadline passed kept at most `n`
+    /// ticks ago (the checker's times are relative to now, so states that
+    /// differ only in when they happen are one).
+    pub fn rebase(&mut self, n: i32) {
+        let back = |t: i32| (t - n).max(self.now - n);
+        if let Name::Hash(h) = &mut self.name {
+            h.expires -= n;
+            for x in &mut h.holds {
+                x.deadline = back(x.deadline);
+            }
+            for m in &mut h.marks {
+                m.1 = back(m.1);
+            }
+        }
+        for r in &mut self.records {
+            r.expires -= n;
+        }
+        let w = &mut self.waiting;
+        w.list_expires = if w.list.is_empty() { 0 } else { w.list_expires - n };
+        w.asks_expires = if w.asks.is_empty() { 0 } else { w.asks_expires - n };
+        self.now -= n;
+    }
+
     pub fn flush(&mut self) {
         self.name = Name::Absent;
         self.counter.value = None;
