@@ -35,6 +35,10 @@ cargo fmt --all -- --check
 python3 scripts/structure.py
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --lib --no-default-features -- -D warnings
+# Every test target built at once (the model checks' optimised package and
+# the benches included): one build graph keeps both cores busy where the
+# separate builds below would each end on one.
+cargo test --workspace --all-targets --no-run
 # One test at a time: several tests assert timing windows (a lease handed
 # over within 50 ms, a loss seen within one renewal period) that CPU
 # contention between parallel tests on a small CI machine would blur.
