@@ -30,7 +30,12 @@
 --   {1, token, count}  acquired at reentry depth count. A write hold's token
 --                      is a fresh next_token (count 1) or its own; a read
 --                      hold carries the counter's value, the last write
---                      token handed out (0 when none).
+--                      token handed out. A counter that is not there (no
+--                      write yet, or lost with the server's data) is
+--                      started at the clock first, as next_token starts
+--                      one: a read's token is never below a write token
+--                      handed out before it, and every later write's is
+--                      above it.
 --   {0, ms}            refused: a hint of when to look again (the write
 --                      holder's remaining lease, the first reader's
 --                      deadline, or the end of a waiting writer's mark)
@@ -98,17 +103,30 @@ local function refuse(hint)
   return {0, hint}
 end
 
+-- The read side's token: the counter's value, the counter started at the
+-- clock when it is not there (see Returns). nil and the refusal when
+-- KEYS[2] holds another type (nothing changed then).
+local function read_token()
+  local token = redis.pcall('GET', KEYS[2])
+  if type(token) == 'table' then return nil, refused(token, 2) end
+  if token then return tonumber(token) end
+  local t = redis.call('TIME')
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('SET', KEYS[2], string.format('%d', token))
+  return token
+end
+
 if read then
   local deadline = string.format('%d', now + lease)
   if f[me] then
+    local token, refusal = read_token()
+    if not token then return refusal end
     local count = redis.call('HINCRBY', KEYS[1], me, 1)
     if tonumber(f[':' .. me]) < now + lease then
       redis.call('HSET', KEYS[1], ':' .. me, deadline)
     end
     redis.call('PEXPIRE', KEYS[1], lease, 'GT')
-    local token = redis.pcall('GET', KEYS[2])
-    if type(token) == 'table' then token = nil end
-    return grant(tonumber(token or '0'), count)
+    return grant(token, count)
   end
   local mine = string.sub(me, 1, -3)
   if writer and writer ~= mine then
@@ -117,8 +135,8 @@ if read then
   if not writer and s.ww > now then
     return refuse(s.ww - now)
   end
-  local token = redis.pcall('GET', KEYS[2])
-  if type(token) == 'table' then return refused(token, 2) end
+  local token, refusal = read_token()
+  if not token then return refusal end
   local fields = {me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden'}
   if ARGV[8] and ARGV[8] ~= '' then
     fields[#fields + 1] = ':q:' .. me
@@ -126,7 +144,7 @@ if read then
   end
   redis.call('HSET', KEYS[1], unpack(fields))
   cover(s, lease)
-  return grant(tonumber(token or '0'), 1)
+  return grant(token, 1)
 end
 
 local deadline = string.format('%d', now + lease)

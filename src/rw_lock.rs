@@ -25,8 +25,11 @@ use crate::lock::Lock;
 ///   after the writer's last attempt; a waiting writer renews it every
 ///   third of that.
 /// - A write hold has a fencing token, strictly increasing across write
-///   holds; a read hold's guard carries the last write token handed out
-///   (0 before the first).
+///   holds; a read hold's guard carries the last write token handed out,
+///   so a read's token is never below a write's before it and every write
+///   after it has a higher one. Where no counter is there (no write yet,
+///   or the server lost its data) the read starts it at the server's
+///   clock, as a write would.
 /// - Waiters wake on the lock's unlock message, bounded by the holders'
 ///   leases, as for the reentrant lock.
 #[derive(Clone, Debug)]

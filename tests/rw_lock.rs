@@ -254,10 +254,12 @@ async fn write_tokens_increase_and_readers_carry_the_last_one() {
         let server = RedisServer::start();
         let c = client(&server.url(), LONG).await;
         let rw = c.rw_lock("fence").unwrap();
+        // No write yet: the read starts the counter at the clock, and the
+        // first write token is above it.
         let r0 = rw.read().lock().await.unwrap();
-        assert_eq!(r0.token(), 0, "no write token yet");
+        assert!(r0.token() > 0, "the counter started at the clock");
+        let mut last = r0.token();
         r0.unlock().await.unwrap();
-        let mut last = 0;
         for _ in 0..3 {
             let w = rw.write().lock().await.unwrap();
             assert!(w.token() > last, "{} after {last}", w.token());
@@ -281,6 +283,38 @@ async fn write_tokens_increase_and_readers_carry_the_last_one() {
         assert!(matches!(old.unlock().await, Err(Error::NotHeld { .. })));
         assert_eq!(rw.write().hold_count().await.unwrap(), 1, "the new hold stands");
         new.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// A counter lost with the server's data (here evicted alone) does not
+/// hand a reader a token below the last write's: the read starts the
+/// counter at the clock, and the next write's token is above the read's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_the_counter_is_lost_is_not_below_the_last_write() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let c = client(&server.url(), LONG).await;
+        let rw = c.rw_lock("lost-counter").unwrap();
+        let w = rw.write().lock().await.unwrap();
+        let written = w.token();
+        w.unlock().await.unwrap();
+        let counter = "lockwarden:{lost-counter}:token";
+        assert_eq!(server.cmd(&["DEL", counter]).as_int(), Some(1), "the counter is there");
+        let r = rw.read().lock().await.unwrap();
+        let read = r.token();
+        assert!(read >= written, "read token {read} below the last write's {written}");
+        let again = rw.read().lock().await.unwrap();
+        assert_eq!(again.token(), read, "a re-entry carries the same value");
+        again.unlock().await.unwrap();
+        r.unlock().await.unwrap();
+        let w = rw.write().lock().await.unwrap();
+        assert!(
+            w.token() > read,
+            "the next write's token {} is above the read's {read}",
+            w.token()
+        );
+        w.unlock().await.unwrap();
     })
     .await
 }

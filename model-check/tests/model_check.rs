@@ -1227,8 +1227,8 @@ fn the_read_write_lock_over_a_quorum_keeps_every_property_in_every_reachable_sta
         bounds.depth,
     );
     // The longer run adds two readers and a writer, one attempt each:
-    // readers hold together (22.7 M states, 8.0 M distinct, in 88 s on one
-    // loaded core at depth 8).
+    // readers hold together (24.1 M states, 8.5 M distinct, in 67 s here
+    // at depth 8).
     if long {
         let three = RwQuorumBounds {
             clients: 3,

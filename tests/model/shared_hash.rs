@@ -813,8 +813,8 @@ impl Server {
         let reply = match a.field {
             Field::Reader(o) => {
                 if self.holding(a.field).is_some() {
+                    let token = self.read_token(defect);
                     let count = self.reenter(a.field, a.lease);
-                    let token = self.counter.value.unwrap_or(0);
                     return self.grant(&a, token, count);
                 }
                 match s.writer {
@@ -823,7 +823,7 @@ impl Server {
                     }
                     None if s.ww > now => self.refuse(a.waits, s.ww - now, defect),
                     _ => {
-                        let token = self.counter.value.unwrap_or(0);
+                        let token = self.read_token(defect);
                         self.put(
                             Kind::Rw,
                             Holding {
@@ -929,6 +929,16 @@ impl Server {
                     self.waiter_moved_lease = true;
                 }
             }
+        }
+    }
+
+    /// The read side's token (rw_acquire.lua's `read_token`): the
+    /// counter's value, the counter started at the clock when it is not
+    /// there.
+    fn read_token(&mut self, defect: Option<Defect>) -> u64 {
+        match self.counter.value {
+            Some(t) => t,
+            None => self.counter.next(defect == Some(Defect::CounterRestartsAtOne)),
         }
     }
 
