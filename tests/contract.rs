@@ -759,7 +759,11 @@ async fn lost_data_on(k: K, dep: Dep) {
             assert!(next.token() > before, "{what}: token {} after {before}", next.token());
         }
         if k == K::Read {
-            assert!(next.token() >= before, "{what}: read token {} after {before}", next.token());
+            assert!(
+                next.token() >= before,
+                "{what}: read token {} after {before}",
+                next.token()
+            );
         }
         next.release().await.unwrap();
     }

@@ -580,13 +580,7 @@ impl Model for LockModel {
 fn shift(s: &mut State) {
     let n = s.server.now;
     let back = |t: i32, floor: i32| (t - n).max(floor);
-    s.server.now = 0;
-    if let Key::Hold(h) = &mut s.server.lock {
-        h.expires -= n;
-    }
-    for r in &mut s.server.records {
-        r.expires -= n;
-    }
+    s.server.rebase(n);
     for cl in &mut s.clients {
         cl.line.shift(n);
         if let Phase::Held { valid_until, .. } = &mut cl.phase {

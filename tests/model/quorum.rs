@@ -46,11 +46,86 @@ pub enum Defect {
     StaleTokenKept,
 }
 
+/// One master of a quorum: its keys (`S`: one master's model of a kind's
+/// scripts), and the tick it counts toward a majority again after a
+/// restart.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Master {
-    pub server: Server,
-    /// The tick it counts toward a majority again (after a restart).
+pub struct Master<S = Server> {
+    pub server: S,
     pub back_at: Option<i32>,
+}
+
+/// What the quorum models ask of one master's keys: its clock moving on,
+/// its times made relative to a later now, and its data lost.
+pub trait Keys {
+    fn advance(&mut self, ticks: i32);
+    fn rebase(&mut self, n: i32);
+    fn flush(&mut self);
+}
+
+macro_rules! keys_of {
+    ($($server:ty),*) => {$(
+        impl Keys for $server {
+            fn advance(&mut self, ticks: i32) {
+                <$server>::advance(self, ticks);
+            }
+            fn rebase(&mut self, n: i32) {
+                <$server>::rebase(self, n);
+            }
+            fn flush(&mut self) {
+                <$server>::flush(self);
+            }
+        }
+    )*};
+}
+
+keys_of!(Server, super::fair::Server, super::shared_hash::Server);
+
+impl<S: Keys> Master<S> {
+    /// The quorum's masters, each with `keys` fresh.
+    pub fn all(keys: impl Fn() -> S) -> Vec<Master<S>> {
+        (0..MASTERS)
+            .map(|_| Master {
+                server: keys(),
+                back_at: None,
+            })
+            .collect()
+    }
+
+    /// Whether it counts toward a majority at `now`.
+    pub fn counts(&self, now: i32) -> bool {
+        self.back_at.is_none_or(|t| now >= t)
+    }
+
+    /// A restart without persistence at `now`: its data gone, out of the
+    /// majority for the rejoin delay.
+    pub fn restart(&mut self, now: i32) {
+        self.server.flush();
+        self.back_at = Some(now + REJOIN);
+    }
+
+    /// Every master's clock one tick on.
+    pub fn tick(masters: &mut [Master<S>]) {
+        for m in masters {
+            m.server.advance(1);
+        }
+    }
+
+    /// Times `n` ticks earlier (see each model's `shift`).
+    pub fn rebase(&mut self, n: i32) {
+        self.server.rebase(n);
+        self.back_at = self.back_at.map(|t| t - n).filter(|&t| t > 0);
+    }
+}
+
+/// A majority of the masters (`of_one`: one grant taken for a majority, a
+/// defect).
+pub fn majority(of_one: bool) -> usize {
+    if of_one {
+        1
+    } else {
+        MAJORITY
+    }
 }
 
 /// One master's part of an attempt.
@@ -69,11 +144,7 @@ pub enum Part {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Idle,
-    Acquiring {
-        req: Req,
-        since: i32,
-        parts: [Part; MASTERS],
-    },
+    Acquiring(Attempt),
     /// Held on a majority: each master's token (`None`: no part there).
     Held {
         tokens: [Option<u64>; MASTERS],
@@ -172,15 +243,11 @@ impl QuorumModel {
     }
 
     fn counts(&self, s: &State, m: usize) -> bool {
-        self.defect == Some(Defect::NoRejoinDelay) || s.masters[m].back_at.is_none_or(|t| s.now >= t)
+        self.defect == Some(Defect::NoRejoinDelay) || s.masters[m].counts(s.now)
     }
 
     fn majority(&self) -> usize {
-        if self.defect == Some(Defect::MajorityOfOne) {
-            1
-        } else {
-            MAJORITY
-        }
+        majority(self.defect == Some(Defect::MajorityOfOne))
     }
 
     pub fn valid_holders(s: &State) -> usize {
@@ -237,7 +304,7 @@ impl QuorumModel {
     /// masters, else every part given back (a part without an answer by
     /// its re-send, which finds the hold its request made).
     fn decide(&self, s: &mut State, c: usize) {
-        let Phase::Acquiring { req, since, parts } = s.clients[c].phase else {
+        let Phase::Acquiring(Attempt { req, since, parts }) = s.clients[c].phase else {
             return;
         };
         let counted = parts.map(|p| match p {
@@ -310,6 +377,82 @@ impl QuorumModel {
                 }
             }
         })
+    }
+}
+
+/// A client's attempt on every master, as the quorum models run it: its
+/// request (a fresh one per attempt), the tick it started (its validity
+/// is dated from it) and each master's part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Attempt {
+    pub req: Req,
+    pub since: i32,
+    pub parts: [Part; MASTERS],
+}
+
+impl Attempt {
+    pub fn new(req: Req, now: i32) -> Attempt {
+        Attempt {
+            req,
+            since: now,
+            parts: [Part::Asked; MASTERS],
+        }
+    }
+
+    /// Every way each part still to be asked can go (every part, for an
+    /// attempt not started: `None`).
+    pub fn steps<A>(attempt: Option<&Attempt>, mut step: impl FnMut(usize, Answer) -> A) -> Vec<A> {
+        let answers = [Answer::Heard, Answer::ReplyLost, Answer::RequestLost];
+        (0..MASTERS)
+            .filter(|&m| attempt.is_none_or(|a| a.parts[m] == Part::Asked))
+            .flat_map(|m| answers.map(|a| (m, a)))
+            .map(|(m, a)| step(m, a))
+            .collect()
+    }
+
+    /// Master `m`'s part answered `part`: `None` when it was answered
+    /// already, else whether the attempt is now decided.
+    pub fn answer(&mut self, m: usize, part: Part) -> Option<bool> {
+        if self.parts[m] != Part::Asked {
+            return None;
+        }
+        self.parts[m] = part;
+        Some(!self.parts.contains(&Part::Asked))
+    }
+
+    /// Times relative to a clock `n` ticks on (its start kept no further
+    /// back than a lease: older, it can grant nothing).
+    pub fn shift(&mut self, n: i32) {
+        self.since = (self.since - n).max(-LEASE);
+    }
+}
+
+/// What a client of the quorum models may still start: waits, and
+/// attempts in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Budget {
+    pub acquires_left: u8,
+    pub tries_left: u8,
+}
+
+impl Budget {
+    /// Whether it may start an attempt (`new_wait`: one that begins a
+    /// wait).
+    pub fn may(&self, new_wait: bool) -> bool {
+        self.tries_left > 0 && (!new_wait || self.acquires_left > 0)
+    }
+
+    /// Spends an attempt (and a wait with `new_wait`) of `tries`: the
+    /// attempt's number from 1, `None` when spent.
+    pub fn spend(&mut self, new_wait: bool, tries: u8) -> Option<u8> {
+        if !self.may(new_wait) {
+            return None;
+        }
+        if new_wait {
+            self.acquires_left -= 1;
+        }
+        self.tries_left -= 1;
+        Some(tries - self.tries_left)
     }
 }
 
@@ -390,12 +533,7 @@ impl Model for QuorumModel {
     fn init_states(&self) -> Vec<State> {
         let empty = State {
             now: 0,
-            masters: (0..MASTERS)
-                .map(|_| Master {
-                    server: Server::new(),
-                    back_at: None,
-                })
-                .collect(),
+            masters: Master::all(Server::new),
             clients: (0..self.bounds.clients)
                 .map(|_| Client {
                     phase: Phase::Idle,
@@ -444,20 +582,13 @@ impl Model for QuorumModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let answers = [Answer::Heard, Answer::ReplyLost, Answer::RequestLost];
         for (c, cl) in s.clients.iter().enumerate() {
             match cl.phase {
                 Phase::Idle if cl.acquires_left > 0 => {
-                    for m in 0..MASTERS {
-                        actions.extend(answers.map(|a| Action::Ask(c, m, a)));
-                    }
+                    actions.extend(Attempt::steps(None, |m, a| Action::Ask(c, m, a)));
                 }
-                Phase::Acquiring { parts, .. } => {
-                    for (m, p) in parts.iter().enumerate() {
-                        if *p == Part::Asked {
-                            actions.extend(answers.map(|a| Action::Ask(c, m, a)));
-                        }
-                    }
+                Phase::Acquiring(attempt) => {
+                    actions.extend(Attempt::steps(Some(&attempt), |m, a| Action::Ask(c, m, a)));
                 }
                 Phase::Held { .. } => {
                     actions.push(Action::Renew(c));
@@ -493,22 +624,20 @@ impl Model for QuorumModel {
         match action {
             Action::Ask(c, m, answer) => {
                 let cl = &mut s.clients[c];
-                if cl.phase == Phase::Idle {
-                    cl.acquires_left -= 1;
-                    let req = (c as Req) * 64 + Req::from(self.bounds.acquires - cl.acquires_left);
-                    cl.phase = Phase::Acquiring {
-                        req,
-                        since: s.now,
-                        parts: [Part::Asked; MASTERS],
-                    };
-                }
-                let Phase::Acquiring { req, since, mut parts } = s.clients[c].phase else {
-                    return None;
+                let mut attempt = match cl.phase {
+                    Phase::Acquiring(attempt) => attempt,
+                    _ => {
+                        cl.acquires_left = cl.acquires_left.checked_sub(1)?;
+                        let n = self.bounds.acquires - cl.acquires_left;
+                        Attempt::new((c as Req) * 64 + Req::from(n), s.now)
+                    }
                 };
                 let part = if answer == Answer::RequestLost {
                     Part::Unanswered
                 } else {
-                    let reply = s.masters[m].server.acquire(c as Owner, req, LEASE, KEEP, true, None);
+                    let reply = s.masters[m]
+                        .server
+                        .acquire(c as Owner, attempt.req, LEASE, KEEP, true, None);
                     match (answer, reply) {
                         (Answer::ReplyLost, _) => Part::Unanswered,
                         (_, AcquireReply::Fresh(t)) => Part::Granted(t, false),
@@ -516,9 +645,9 @@ impl Model for QuorumModel {
                         _ => Part::Refused,
                     }
                 };
-                parts[m] = part;
-                s.clients[c].phase = Phase::Acquiring { req, since, parts };
-                if !parts.contains(&Part::Asked) {
+                let decided = attempt.answer(m, part)?;
+                s.clients[c].phase = Phase::Acquiring(attempt);
+                if decided {
                     self.decide(&mut s, c);
                 }
             }
@@ -556,15 +685,12 @@ impl Model for QuorumModel {
             }
             Action::Tick => {
                 s.now += 1;
-                for m in &mut s.masters {
-                    m.server.advance(1);
-                }
+                Master::tick(&mut s.masters);
                 shift(&mut s);
             }
             Action::Restart(m) => {
                 s.restarts_left -= 1;
-                s.masters[m].server.flush();
-                s.masters[m].back_at = Some(s.now + REJOIN);
+                s.masters[m].restart(s.now);
                 if Self::valid_holders(&s) > 0 {
                     s.held_through_restart = true;
                 }
@@ -622,18 +748,11 @@ fn shift(s: &mut State) {
     let n = s.now;
     s.now = 0;
     for m in &mut s.masters {
-        m.server.now -= n;
-        if let super::server::Key::Hold(h) = &mut m.server.lock {
-            h.expires -= n;
-        }
-        for r in &mut m.server.records {
-            r.expires -= n;
-        }
-        m.back_at = m.back_at.map(|t| t - n).filter(|&t| t > 0);
+        m.rebase(n);
     }
     for c in &mut s.clients {
         match &mut c.phase {
-            Phase::Acquiring { since, .. } => *since = (*since - n).max(-LEASE),
+            Phase::Acquiring(attempt) => attempt.shift(n),
             Phase::Held { valid_until, .. } => *valid_until = (*valid_until - n).max(0),
             Phase::Idle => {}
         }

@@ -22,7 +22,7 @@
 use stateright::{Model, Property};
 
 use super::family::MARK;
-use super::quorum::{raise_counter, tally, write_back, Answer, Part, MAJORITY, MASTERS, REJOIN};
+use super::quorum::{majority, raise_counter, tally, write_back, Answer, Attempt, Budget, Master, Part, MASTERS};
 use super::server::{Owner, Req};
 use super::shared_hash::{AcquireReply, Field, Name, RwAcquire, RwRelease, Server};
 use super::{KEEP, LEASE};
@@ -38,22 +38,11 @@ pub enum Defect {
     Server(super::shared_hash::Defect),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Master {
-    pub server: Server,
-    /// The tick it counts toward a majority again (after a restart).
-    pub back_at: Option<i32>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Idle,
     /// An attempt: each master's part.
-    Asking {
-        req: Req,
-        since: i32,
-        parts: [Part; MASTERS],
-    },
+    Asking(Attempt),
     /// Refused, or split: tries again when woken, refreshing or after its
     /// pause.
     Waiting,
@@ -70,8 +59,7 @@ pub enum Phase {
 pub struct Client {
     pub field: Field,
     pub phase: Phase,
-    pub acquires_left: u8,
-    pub tries_left: u8,
+    pub budget: Budget,
     /// Bit per master: a leave of its writer's mark there on its way.
     pub leaves: u8,
     /// Per master: the request of a part without an answer, re-sent in
@@ -82,7 +70,7 @@ pub struct Client {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub now: i32,
-    pub masters: Vec<Master>,
+    pub masters: Vec<Master<Server>>,
     pub clients: Vec<Client>,
     pub restarts_left: u8,
     pub have_held: u8,
@@ -157,15 +145,11 @@ impl RwQuorumModel {
     }
 
     fn counts(s: &State, m: usize) -> bool {
-        s.masters[m].back_at.is_none_or(|t| s.now >= t)
+        s.masters[m].counts(s.now)
     }
 
     fn majority(&self) -> usize {
-        if self.defect == Some(Defect::MajorityOfOne) {
-            1
-        } else {
-            MAJORITY
-        }
+        majority(self.defect == Some(Defect::MajorityOfOne))
     }
 
     /// The clients that hold with validity left: (writers, readers).
@@ -221,7 +205,7 @@ impl RwQuorumModel {
     /// The client's attempt is decided (as in the quorum's model): held on
     /// a majority of counting masters, else every part given back.
     fn decide(&self, s: &mut State, c: usize) {
-        let Phase::Asking { req, since, parts } = s.clients[c].phase else {
+        let Phase::Asking(Attempt { req, since, parts }) = s.clients[c].phase else {
             return;
         };
         let field = s.clients[c].field;
@@ -324,12 +308,7 @@ impl Model for RwQuorumModel {
     fn init_states(&self) -> Vec<State> {
         let empty = State {
             now: 0,
-            masters: (0..MASTERS)
-                .map(|_| Master {
-                    server: Server::new(),
-                    back_at: None,
-                })
-                .collect(),
+            masters: Master::all(Server::new),
             clients: (0..self.bounds.clients)
                 .map(|c| {
                     let owner = (c as Owner) * 16;
@@ -340,8 +319,10 @@ impl Model for RwQuorumModel {
                             Field::Reader(owner)
                         },
                         phase: Phase::Idle,
-                        acquires_left: self.bounds.acquires,
-                        tries_left: self.bounds.tries,
+                        budget: Budget {
+                            acquires_left: self.bounds.acquires,
+                            tries_left: self.bounds.tries,
+                        },
                         leaves: 0,
                         resends: [None; MASTERS],
                     }
@@ -367,29 +348,22 @@ impl Model for RwQuorumModel {
                 .try_fold(empty, |s, &a| self.next_state(&s, a))
                 .expect("a start the model reaches");
             // The start's attempt is not counted against the bound.
-            start.clients[0].tries_left = self.bounds.tries;
+            start.clients[0].budget.tries_left = self.bounds.tries;
             starts.push(start);
         }
         starts
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let answers = [Answer::Heard, Answer::ReplyLost, Answer::RequestLost];
         for (c, cl) in s.clients.iter().enumerate() {
             match cl.phase {
                 Phase::Idle | Phase::Waiting => {
-                    if cl.tries_left > 0 && (cl.phase == Phase::Waiting || cl.acquires_left > 0) {
-                        for m in 0..MASTERS {
-                            actions.extend(answers.map(|a| Action::Ask(c, m, a)));
-                        }
+                    if cl.budget.may(cl.phase == Phase::Idle) {
+                        actions.extend(Attempt::steps(None, |m, a| Action::Ask(c, m, a)));
                     }
                 }
-                Phase::Asking { parts, .. } => {
-                    for (m, p) in parts.iter().enumerate() {
-                        if *p == Part::Asked {
-                            actions.extend(answers.map(|a| Action::Ask(c, m, a)));
-                        }
-                    }
+                Phase::Asking(attempt) => {
+                    actions.extend(Attempt::steps(Some(&attempt), |m, a| Action::Ask(c, m, a)));
                 }
                 Phase::Held { .. } => {
                     actions.push(Action::Renew(c));
@@ -417,32 +391,18 @@ impl Model for RwQuorumModel {
         let mut s = last.clone();
         match action {
             Action::Ask(c, m, answer) => {
-                let cl = &mut s.clients[c];
-                if !matches!(cl.phase, Phase::Asking { .. }) {
-                    if cl.tries_left == 0 {
-                        return None;
+                let mut attempt = match s.clients[c].phase {
+                    Phase::Asking(attempt) => attempt,
+                    phase => {
+                        let n = s.clients[c].budget.spend(phase == Phase::Idle, self.bounds.tries)?;
+                        // A fresh request per attempt.
+                        Attempt::new((c as Req) * 64 + Req::from(n), s.now)
                     }
-                    if cl.phase == Phase::Idle {
-                        cl.acquires_left = cl.acquires_left.checked_sub(1)?;
-                    }
-                    cl.tries_left -= 1;
-                    // A fresh request per attempt.
-                    let req = (c as Req) * 64 + Req::from(self.bounds.tries - cl.tries_left);
-                    cl.phase = Phase::Asking {
-                        req,
-                        since: s.now,
-                        parts: [Part::Asked; MASTERS],
-                    };
-                }
-                let Phase::Asking { req, since, mut parts } = s.clients[c].phase else {
-                    return None;
                 };
-                if parts[m] != Part::Asked {
-                    return None;
-                }
-                parts[m] = self.ask(&mut s, c, m, req, answer);
-                s.clients[c].phase = Phase::Asking { req, since, parts };
-                if !parts.contains(&Part::Asked) {
+                let part = self.ask(&mut s, c, m, attempt.req, answer);
+                let decided = attempt.answer(m, part)?;
+                s.clients[c].phase = Phase::Asking(attempt);
+                if decided {
                     self.decide(&mut s, c);
                 }
             }
@@ -499,15 +459,12 @@ impl Model for RwQuorumModel {
             }
             Action::Tick => {
                 s.now += 1;
-                for m in &mut s.masters {
-                    m.server.advance(1);
-                }
+                Master::tick(&mut s.masters);
                 shift(&mut s);
             }
             Action::Restart(m) => {
                 s.restarts_left = s.restarts_left.checked_sub(1)?;
-                s.masters[m].server.flush();
-                s.masters[m].back_at = Some(s.now + REJOIN);
+                s.masters[m].restart(s.now);
             }
         }
         Some(s)
@@ -548,12 +505,11 @@ fn shift(s: &mut State) {
     let n = s.now;
     s.now = 0;
     for m in &mut s.masters {
-        m.server.rebase(n);
-        m.back_at = m.back_at.map(|t| t - n).filter(|&t| t > 0);
+        m.rebase(n);
     }
     for c in &mut s.clients {
         match &mut c.phase {
-            Phase::Asking { since, .. } => *since = (*since - n).max(-LEASE),
+            Phase::Asking(attempt) => attempt.shift(n),
             Phase::Held { valid_until, .. } => *valid_until = (*valid_until - n).max(0),
             Phase::Idle | Phase::Waiting => {}
         }
