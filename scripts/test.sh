@@ -55,7 +55,9 @@ counted cargo test --no-fail-fast --lib --bins --examples "${targets[@]}" -- --t
 # The model checks, two at a time: they only compute (no server, no
 # timing), and two at a time took 188 s here against 239 s one at a time.
 # Their package (model-check/) is built optimised even here.
-counted cargo test --no-fail-fast -p lockwarden-model-check --test model_check -- --test-threads=2 || status=$?
+# (`--workspace`, as the build above: alone, the package resolves its
+# dependencies' features otherwise and is built again.)
+counted cargo test --no-fail-fast --workspace --test model_check -- --test-threads=2 || status=$?
 # The contract matrix, two at a time: its rows mostly wait out leases and
 # start deployments, and their windows are seconds wide (half the time).
 counted cargo test --no-fail-fast --test contract -- --test-threads=2 || status=$?
