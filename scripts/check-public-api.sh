@@ -28,6 +28,11 @@ for package in graph["packages"]:
                 print(target["name"].replace("-", "_"))
 ' | sort -u | while read -r crate; do mkdir -p "$target/doc/$crate"; done
 RUSTDOCFLAGS="" cargo doc --quiet --lib --no-deps "${features[@]}" --target-dir "$target"
+# No pages, no check: fail rather than find nothing.
+if [ ! -f "$target/doc/lockwarden/index.html" ]; then
+    echo "check-public-api: rustdoc wrote no pages for lockwarden" >&2
+    exit 1
+fi
 # Each page up to its "Blanket Implementations" (impls of other crates'
 # traits for every type, such as tracing's Instrument: not lockwarden's
 # API); links into the source view (src/) are not types.
