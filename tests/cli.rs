@@ -62,6 +62,29 @@ fn tempdir(tag: &str) -> PathBuf {
 
 const T: Duration = Duration::from_secs(20);
 
+/// A shared run carries the last write token in `$LOCKWARDEN_TOKEN`, and
+/// after the counter is lost (evicted alone here; a FLUSHALL or a restart
+/// does the same) a value not below it: the read starts the counter at the
+/// server's clock, and the next exclusive run's token is above the read's.
+#[test]
+fn a_shared_run_after_a_lost_counter_carries_no_lower_token() {
+    let server = RedisServer::start();
+    let token_of = |side: &str| {
+        let mut c = cli(&server);
+        c.args(["run", "tok", side, "--", "sh", "-c", "echo $LOCKWARDEN_TOKEN"]);
+        let o = run(c, T);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().unwrap()
+    };
+    let written = token_of("--exclusive");
+    assert_eq!(token_of("--shared"), written, "a read carries the last write token");
+    assert_eq!(server.cmd(&["DEL", "lockwarden:{tok}:token"]).as_int(), Some(1));
+    let read = token_of("--shared");
+    assert!(read >= written, "read token {read} below the last write's {written}");
+    let next = token_of("--exclusive");
+    assert!(next > read, "write token {next} not above the read's {read}");
+}
+
 #[test]
 fn exit_codes() {
     let server = RedisServer::start();
