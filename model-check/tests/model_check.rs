@@ -440,10 +440,12 @@ const RW_RESENDS: FamilyBounds = FamilyBounds {
 };
 
 fn family_bounds(name: &str, mut bounds: FamilyBounds) -> FamilyBounds {
-    // The read-write and semaphore bounds' test-command depths were cut by
-    // one to pay for the semaphore's grants; their longer runs stay where
-    // they were.
-    let long = if name == "RW" || name == "SEMAPHORE" { 4 } else { 3 };
+    // The semaphore bound's test-command depth was cut by one to pay for
+    // the semaphore's grants; its longer run stays where it was. The
+    // read-write bound's longer run went from four steps deeper to three
+    // with the writers' direct grants: depth 15 no longer fits in this
+    // machine's 23 GB (depth 14: 50.7 M states, 15.5 GB, 145 s).
+    let long = if name == "SEMAPHORE" { 4 } else { 3 };
     bounds.depth = depth(name, bounds.depth, long);
     bounds.jumps = jumps(name, bounds.jumps);
     bounds.resends = at_once(name, bounds.resends);
