@@ -14,7 +14,8 @@
 --          other waits of its client listen, so a grant sets ':wait'
 --          (a writer then leaves its mark, see shared_rw.lua)
 -- ARGV[6]  "read" or "write": the side
--- ARGV[7]  how long a waiting writer's mark holds new readers back, in ms
+-- ARGV[7]  how long a waiter's mark lasts unless renewed, in ms (a
+--          writer's holds new readers back; a reader's makes it a pass)
 -- ARGV[8]  this request's id: a fresh read hold keeps it as its identity
 --          (':q:<field>'), which the hold's release names, so a release
 --          of an earlier read hold of the same owner never frees this one
@@ -38,7 +39,8 @@
 --                      above it.
 --   {0, ms}            refused: a hint of when to look again (the write
 --                      holder's remaining lease, the first reader's
---                      deadline, or the end of a waiting writer's mark)
+--                      deadline, the end of a waiting writer's mark, or
+--                      of the latest reader's pass)
 --   error "DEADLOCK"   the write side asked by an owner that holds the read
 --                      side and not the write side: it would wait for itself
 --   error "WRONGTYPE <type> <i>" when KEYS[i] holds another type, or the
@@ -56,6 +58,13 @@
 -- (or rw_leave.lua) removes it. Expired readers are pruned first. A refusal of a
 -- waiting caller sets ':wait'. Replays: every grant records its reply at
 -- KEYS[3], which a re-send returns.
+--
+-- Nor can writers starve readers: a waiting reader refused leaves its mark
+-- ':wr:<field>' (until now + ARGV[7]; each attempt renews it), the release
+-- of a write hold turns the readers' marks into passes (give_passes,
+-- shared_rw.lua), a reader with a pass goes in past the writers' marks,
+-- and no writer takes the lock (nor is handed it) while a pass stands. A
+-- read take removes the reader's mark and pass.
 --
 -- Direct grants to writers: a waiting writer refused with ARGV[9] leaves,
 -- beside its mark, the ask ':wa:<field>' = "<ms> <attempt> <KEYS[3]>"
@@ -129,14 +138,28 @@ if read then
     return grant(token, count)
   end
   local mine = string.sub(me, 1, -3)
-  if writer and writer ~= mine then
-    return refuse(s.writer_left)
+  local function refuse_reader(hint)
+    if waits then
+      -- As a writer's mark, it has its own deadline and the hash's TTL
+      -- only has to outlast it. A pass stays a pass.
+      if not f[':rp:' .. me] then
+        redis.call('HSET', KEYS[1], ':wr:' .. me, string.format('%d', now + tonumber(ARGV[7])))
+      end
+      redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]), 'GT')
+    end
+    return refuse(hint)
   end
-  if not writer and s.ww > now then
-    return refuse(s.ww - now)
+  if writer and writer ~= mine then
+    return refuse_reader(s.writer_left)
+  end
+  if not writer and s.ww > now and not f[':rp:' .. me] then
+    return refuse_reader(s.ww - now)
   end
   local token, refusal = read_token()
   if not token then return refusal end
+  if f[':wr:' .. me] or f[':rp:' .. me] then
+    redis.call('HDEL', KEYS[1], ':wr:' .. me, ':rp:' .. me)
+  end
   local fields = {me, '1', ':' .. me, deadline, ':kind', 'rw', 'mode', 'lockwarden'}
   if ARGV[8] and ARGV[8] ~= '' then
     fields[#fields + 1] = ':q:' .. me
@@ -167,7 +190,7 @@ end
 if f[me .. ':r'] then
   return redis.error_reply('DEADLOCK the caller holds the read side')
 end
-if writer or readers > 0 then
+if writer or readers > 0 or s.passes > 0 then
   if waits then
     -- The mark has its own deadline; the hash's TTL only has to outlast
     -- it (the holders' leases are their own fields, never the TTL).
@@ -179,7 +202,9 @@ if writer or readers > 0 then
     end
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]), 'GT')
   end
-  return refuse(writer and s.writer_left or s.soonest)
+  if writer then return refuse(s.writer_left) end
+  if readers > 0 then return refuse(s.soonest) end
+  return refuse(s.marks_end - now)
 end
 local token, refusal2 = next_token(2)
 if not token then return refusal2 end

@@ -34,7 +34,10 @@
 -- leaves only readers behind, unless a waiting writer's mark holds new
 -- readers back (they would only be refused again). A release that leaves
 -- the lock free hands it to a waiting writer that left an ask instead
--- (hand_to_writer, shared_rw.lua), and tells nobody else.
+-- (hand_to_writer, shared_rw.lua), and tells nobody else. The write
+-- side's release first turns the waiting readers' marks into passes
+-- (give_passes): those readers go in before the next writer, which is
+-- neither handed the lock nor told of it while a pass stands.
 -- Every reply is recorded at KEYS[3] but a write release that freed the
 -- lock with its token given: a later write hold has a higher token, and a
 -- replay finds no hold to touch.
@@ -85,7 +88,8 @@ if read then
 else
   redis.call('HDEL', KEYS[1], me, ':token', ':' .. me, ':take')
   writer = nil
-  wake = readers > 0
+  give_passes(s)
+  wake = readers > 0 or s.passes > 0
 end
 if not writer and readers == 0 then
   redis.call('DEL', KEYS[1])

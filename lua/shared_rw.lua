@@ -29,6 +29,19 @@
 --                     grant's first lease, the number of the attempt that
 --                     left it and that attempt's request record; it lives
 --                     and goes with the writer's mark (hand_to_writer)
+--   ':wr:<reader field>'  a reader waits (refused while a writer holds
+--                     the lock or a writer's mark stands), until this
+--                     deadline (server ms) unless its next attempt renews
+--                     it; it goes when the reader takes the lock or gives
+--                     up (rw_leave.lua)
+--   ':rp:<reader field>'  that waiting reader's pass: the release of a
+--                     write hold turns every live reader's mark into one
+--                     (the same deadline). A pass lets its reader in past
+--                     the writers' marks, and no writer takes the lock
+--                     while one stands: the readers that waited for a
+--                     writer go in before the next writer (neither side
+--                     starves the other). It goes when its reader takes
+--                     the lock or gives up, or at its deadline
 --   ':take'           the request record of the waiting writer a release
 --                     handed the write hold to (hand_to_writer): that
 --                     request's next attempt finds the hold as its own
@@ -36,7 +49,7 @@
 -- and 'mode' = 'lockwarden' (the read-write lock's, not an owner: it
 -- keeps Redisson's read-write lock out, see rw_acquire.lua).
 -- The hash's own TTL is at least every live hold's lease (and every
--- waiting writer's mark), so it vanishes once every holder died.
+-- waiter's mark and pass), so it vanishes once every holder died.
 --
 -- now_ms()          the server's clock in ms
 -- snapshot(now, kind) the hash as seen now, as a table s: s.f (field ->
@@ -46,17 +59,22 @@
 --                   of its lease), s.readers (live readers),
 --                   s.soonest (ms until the first reader's deadline, nil
 --                   without readers), s.ww (the latest deadline of a
---                   waiting writer's mark, 0 without); or nil, the refusal
+--                   waiting writer's mark, 0 without), s.passes (live
+--                   readers' passes), s.marks_end (the latest deadline of
+--                   any mark or pass, 0 without); or nil, the refusal
 --                   and whether the refusal is another kind's (or no
 --                   kind's) hash at KEYS[1] when KEYS[1] is not a hash of
 --                   `kind` ('rw' or 'semaphore'). An empty (absent) hash
 --                   is of every kind.
 -- is_reader(f)      whether the owner field f is a reader's
--- keep_marks(s, now) re-writes the live writers' marks of s into KEYS[1]
---                   (after a DEL), with its ':kind', a TTL to the latest
---                   one, and ':wait' when s had it: readers held back by a
---                   mark are not told the lock is free (tell_sides), so
---                   the next hold's release must still tell them
+-- keep_marks(s, now) re-writes the live marks and passes of s (writers'
+--                   and readers') into KEYS[1] (after a DEL), with its
+--                   ':kind', a TTL to the latest one, and ':wait' when s
+--                   had it: readers held back by a mark are not told the
+--                   lock is free (tell_sides), so the next hold's release
+--                   must still tell them
+-- give_passes(s)    a write hold's release: every live reader's mark of s
+--                   becomes that reader's pass (in KEYS[1] and in s)
 -- cover(s, ms)      makes the hash's TTL cover a new hold of ms: never
 --                   shortened while s had holders, set as it is otherwise
 -- wake_waiters(s, how, message)
@@ -67,7 +85,8 @@
 --                   on a free lock (no live holder left, the hash as
 --                   keep_marks left it): hands the write hold to a waiting
 --                   writer that left an ask beside its live mark (the
---                   first by field), as its own attempt would have taken
+--                   first by field; none while a reader's pass stands),
+--                   as its own attempt would have taken
 --                   it (next token of KEYS[counter], count 1), with
 --                   ':take' naming its record, a lease of the ask's ms cut
 --                   to the mark's end (a writer that stopped holds the
@@ -79,10 +98,11 @@
 -- tell_sides(s, now, free, writers, how, message)
 --                   the read-write lock's wake-up, if s has ':wait' (a
 --                   waiter listens): message on the writers' channel
---                   (KEYS[writers]) when the lock is free, and on the
---                   readers' channel (KEYS[2]) unless a live writer's mark
---                   (s.ww, as it stands after the caller's changes) holds
---                   new readers back; so a waiter is told only when it
+--                   (KEYS[writers]) when the lock is free and no reader's
+--                   pass stands, and on the readers' channel (KEYS[2])
+--                   unless a live writer's mark (s.ww, as it stands after
+--                   the caller's changes) holds new readers back and no
+--                   reader has a pass; so a waiter is told only when it
 --                   can get in (SPUBLISH when how says so)
 
 local function now_ms()
@@ -103,9 +123,20 @@ local function snapshot(now, kind)
     local other = wrong_kind(f[':kind'] or false, kind)
     if other then return nil, other, true end
   end
-  local s = {f = f, readers = 0, ww = 0}
+  local s = {f = f, readers = 0, ww = 0, passes = 0, marks_end = 0}
   for k, v in pairs(f) do
-    if string.sub(k, 1, 4) == ':ww:' then
+    local head = string.sub(k, 1, 4)
+    if head == ':wr:' or head == ':rp:' then
+      local d = tonumber(v)
+      if d <= now then
+        -- The reader stopped renewing its mark (or never used its pass).
+        redis.call('HDEL', KEYS[1], k)
+        f[k] = nil
+      else
+        if head == ':rp:' then s.passes = s.passes + 1 end
+        if d > s.marks_end then s.marks_end = d end
+      end
+    elseif head == ':ww:' then
       local d = tonumber(v)
       if d <= now then
         -- The writer stopped renewing its mark: its ask goes with it.
@@ -115,8 +146,9 @@ local function snapshot(now, kind)
         -- (Only a field that exists is cleared while pairs() walks f: in
         -- Lua 5.1 a nil stored at a new key may rehash the table.)
         if f[ask] then f[ask] = nil end
-      elseif d > s.ww then
-        s.ww = d
+      else
+        if d > s.ww then s.ww = d end
+        if d > s.marks_end then s.marks_end = d end
       end
     elseif string.sub(k, 1, 1) ~= ':' and k ~= 'mode' then
       local d = tonumber(f[':' .. k] or '0')
@@ -145,19 +177,37 @@ end
 
 local function keep_marks(s, now)
   for k, v in pairs(s.f) do
-    if string.sub(k, 1, 4) == ':ww:' then
+    local head = string.sub(k, 1, 4)
+    if head == ':ww:' then
       redis.call('HSET', KEYS[1], k, v, ':kind', 'rw', 'mode', 'lockwarden')
       local ask = ':wa:' .. string.sub(k, 5)
       if s.f[ask] then
         redis.call('HSET', KEYS[1], ask, s.f[ask])
       end
+    elseif head == ':wr:' or head == ':rp:' then
+      redis.call('HSET', KEYS[1], k, v, ':kind', 'rw', 'mode', 'lockwarden')
     end
   end
-  if s.ww > now then
+  if s.marks_end > now then
     if s.f[':wait'] then
       redis.call('HSET', KEYS[1], ':wait', '1')
     end
-    redis.call('PEXPIRE', KEYS[1], s.ww - now)
+    redis.call('PEXPIRE', KEYS[1], s.marks_end - now)
+  end
+end
+
+local function give_passes(s)
+  local marked = {}
+  for k, v in pairs(s.f) do
+    if string.sub(k, 1, 4) == ':wr:' then marked[#marked + 1] = {string.sub(k, 5), v} end
+  end
+  -- (s.f gains its new keys after the walk: see snapshot.)
+  for _, m in ipairs(marked) do
+    redis.call('HDEL', KEYS[1], ':wr:' .. m[1])
+    redis.call('HSET', KEYS[1], ':rp:' .. m[1], m[2])
+    s.f[':wr:' .. m[1]] = nil
+    s.f[':rp:' .. m[1]] = m[2]
+    s.passes = s.passes + 1
   end
 end
 
@@ -178,15 +228,16 @@ end
 local function tell_sides(s, now, free, writers, how, message)
   if not s.f[':wait'] then return end
   local publish = how == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH'
-  if free then
+  if free and s.passes == 0 then
     redis.pcall(publish, KEYS[writers], message)
   end
-  if s.ww <= now then
+  if s.ww <= now or s.passes > 0 then
     redis.pcall(publish, KEYS[2], message)
   end
 end
 
 local function hand_to_writer(s, now, counter, writers, how)
+  if s.passes > 0 then return false end
   local to, ask
   for k, v in pairs(s.f) do
     if string.sub(k, 1, 4) == ':wa:' then

@@ -14,7 +14,7 @@ use crate::keys::{Names, Str};
 use crate::owner::{Owner, OwnerPin, Owners};
 use crate::protocol::LockKeys;
 use crate::quorum::Released;
-use crate::rw::WriteWait;
+use crate::rw::SideWait;
 use crate::settings::{check_lease, check_wait, Lease};
 use crate::wait::{Shared, Target, WakeOne};
 
@@ -561,13 +561,18 @@ impl Lock {
                 let policy = FairWait::new(t, &pin.owner.field, will_wait, direct);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
-            Kind::Read | Kind::Redisson | Kind::RedissonPermits { .. } | Kind::RedissonRead | Kind::RedissonWrite => {
+            Kind::Read => {
+                let will_wait = wait != Some(Duration::ZERO);
+                let policy = SideWait::reader(t, &pin.owner.field, will_wait);
+                crate::wait::wait(t, &pin, lease, deadline, policy).await
+            }
+            Kind::Redisson | Kind::RedissonPermits { .. } | Kind::RedissonRead | Kind::RedissonWrite => {
                 let will_wait = wait != Some(Duration::ZERO);
                 crate::wait::wait(t, &pin, lease, deadline, Shared::new(will_wait)).await
             }
             Kind::Write => {
                 let will_wait = wait != Some(Duration::ZERO);
-                let policy = WriteWait::new(t, &pin.owner.field, will_wait, lease);
+                let policy = SideWait::writer(t, &pin.owner.field, will_wait, lease);
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
         }

@@ -1,13 +1,16 @@
-//! The read-write lock's wait policy for its write side.
+//! The read-write lock's wait policy, for either side.
 //!
 //! Both sides of a read-write lock (`crate::rw_lock::RwLock`) are lock
 //! handles on one lock hash (see `lua/shared_rw.lua` for its fields); a
 //! reader's field is its owner field followed by `:r`, so an owner's read
-//! and write holds are two holds. The read side waits with
-//! `wait::Shared`; the write side listens on the lock's writers' channel
-//! (told only when the lock is free, so a writer is not woken to be
-//! refused by readers, nor readers to be refused by a writer's mark) and
-//! keeps alive, while it waits, its mark that holds new readers back.
+//! and write holds are two holds. Each side waits as `wait::Shared` on its
+//! own channel and keeps alive, while it waits, the mark its refusals
+//! leave: a writer's listens on the lock's writers' channel (told only
+//! when the lock is free, so a writer is not woken to be refused by
+//! readers, nor readers to be refused by a writer's mark), and its mark
+//! holds new readers back; a reader's listens on the lock's channel, and
+//! its mark becomes a pass when a write hold is released, so the readers
+//! that waited for a writer go in before the next one.
 //!
 //! On one master (without replica or disk confirmations) a waiting writer
 //! also asks to be handed the lock: the release that leaves the lock free
@@ -31,15 +34,15 @@ use crate::pubsub::Interest;
 use crate::settings::Lease;
 use crate::wait::{Channel, LeaveOnExit, Message, Outcome, Policy, Refusal, Request, Shared, Target, Wake};
 
-/// The write side's policy: the readers' (`wait::Shared`) on the writers'
-/// channel, a pause short enough
-/// that each attempt renews the writer's mark before it lapses, and the
-/// mark taken back when the wait ends without the lock (given up, failed or
-/// dropped: in the background then).
-pub(crate) struct WriteWait {
-    /// The readers' policy: every wait of the client listening on the
-    /// writers' channel is woken by a message there.
+/// A side's policy: `wait::Shared` on the side's channel, a pause short
+/// enough that each attempt renews the waiter's mark before it lapses, and
+/// the mark taken back when the wait ends without the lock (given up,
+/// failed or dropped: in the background then).
+pub(crate) struct SideWait {
+    /// Every wait of the client listening on the side's channel is woken
+    /// by a message there.
     inner: Shared,
+    read: bool,
     refresh: Duration,
     /// Armed while an attempt may have left the mark and nothing took it
     /// back yet.
@@ -55,20 +58,38 @@ pub(crate) struct WriteWait {
     asked: AtomicBool,
 }
 
-impl WriteWait {
-    /// The wait of `owner` (its client's own owners only ask for grants);
-    /// `will_wait`: more than one attempt, with `lease`.
-    pub(crate) fn new(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> WriteWait {
+impl SideWait {
+    /// The write side's wait of `owner` (its client's own owners only ask
+    /// for grants); `will_wait`: more than one attempt, with `lease`.
+    pub(crate) fn writer(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> SideWait {
         let core = t.core;
-        WriteWait {
+        SideWait {
             // Its channel is never open before the first attempt (see
             // `channel`), so whether it waits does not matter.
             inner: Shared::new(false),
+            read: false,
             refresh: core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, owner, false),
             core: core.clone(),
             keys: t.keys.clone(),
             grant_lease: crate::wait::grant_lease(t, owner, will_wait, lease),
+            request: None,
+            asked: AtomicBool::new(false),
+        }
+    }
+
+    /// The read side's wait of `field` (the owner's reader field); it asks
+    /// for no grant. `will_wait`: more than one attempt.
+    pub(crate) fn reader(t: Target<'_>, field: &Str, will_wait: bool) -> SideWait {
+        let core = t.core;
+        SideWait {
+            inner: Shared::new(will_wait),
+            read: true,
+            refresh: core.settings.waiter_timeout / 3,
+            mark: LeaveOnExit::leave(t, field, false),
+            core: core.clone(),
+            keys: t.keys.clone(),
+            grant_lease: None,
             request: None,
             asked: AtomicBool::new(false),
         }
@@ -88,9 +109,13 @@ impl WriteWait {
     }
 }
 
-impl Policy for WriteWait {
-    /// The lock's writers' channel: `rw_release.lua` tells it when the
-    /// lock is free, the readers' channel when readers may join.
+impl Policy for SideWait {
+    /// A reader's: the lock's channel, open when the client has it
+    /// subscribed already (its first attempt then listens, and a refusal
+    /// leaves its mark at once, so the mark is taken back whatever
+    /// happens next). A writer's: the lock's writers' channel;
+    /// `rw_release.lua` tells it when the lock is free, the readers'
+    /// channel when readers may join.
     /// Subscribed after the first refusal, even when the client has it
     /// subscribed already: a first attempt that listened would leave the
     /// mark at once, and a writer that leaves the lock and asks again
@@ -99,6 +124,13 @@ impl Policy for WriteWait {
     /// 58 % and the reads fell 8-fold when it did). Its first attempt
     /// leaves no mark; the second, a round trip later, does.
     fn channel(&mut self, t: Target<'_>) -> Channel {
+        if self.read {
+            let channel = self.inner.channel(t);
+            if matches!(channel, Channel::Open(_)) {
+                self.mark.arm();
+            }
+            return channel;
+        }
         Channel::Named(t.keys.writers.clone())
     }
 

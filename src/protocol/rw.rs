@@ -85,7 +85,8 @@ impl Protocol for Side {
     /// A waiting writer gives up: its mark goes, with its ask and a write
     /// hold a release handed to one of the `asked` requests that the wait
     /// never learned of. A mark whose ask names none of them is a later
-    /// wait's of the same owner, and stays. Readers leave nothing.
+    /// wait's of the same owner, and stays. A waiting reader's mark and
+    /// pass go (`owner` is then its reader field; it asks for nothing).
     fn leave<'a>(
         &self,
         keys: &'a LockKeys,
@@ -94,7 +95,7 @@ impl Protocol for Side {
         asked: &[String],
         env: &Env,
     ) -> Option<Call<'a>> {
-        (!self.read).then(|| Call {
+        Some(Call {
             script: &RW_LEAVE,
             keys: vec![&keys.lock, &keys.channel, &keys.writers, &keys.token],
             args: [name(owner), lit(env.publish), lit(UNLOCK_MESSAGE)]
