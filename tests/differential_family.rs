@@ -153,6 +153,11 @@ enum Step {
         owner: u8,
         named: u8,
     },
+    /// A waiting reader's leave; with `grants` the counter's key is given.
+    RwLeaveRead {
+        owner: u8,
+        grants: bool,
+    },
     SemAcquire {
         client: u8,
         n: u8,
@@ -204,6 +209,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.2), 0..4u8, 0..4u8, any::<bool>(), any::<bool>())
             .prop_map(|(owner, read, which, resent, token, take, relet, grants)| Step::RwRelease { owner, read, which, resent, token, take, relet, grants }),
         1 => (0..3u8, 0..4u8).prop_map(|(owner, named)| Step::RwLeave { owner, named }),
+        1 => (0..3u8, any::<bool>()).prop_map(|(owner, grants)| Step::RwLeaveRead { owner, grants }),
         6 => sem_acquire(),
         3 => sem_release(0.8),
         1 => sem_leave(),
@@ -229,6 +235,7 @@ fn rw_step() -> impl Strategy<Value = Step> {
         5 => (0..3u8, any::<bool>(), which(), prop::bool::weighted(0.1), 0..2u8, 0..2u8, any::<bool>(), prop::bool::weighted(0.7))
             .prop_map(|(owner, read, which, resent, token, take, relet, grants)| Step::RwRelease { owner, read, which, resent, token, take, relet, grants }),
         2 => (0..3u8, 0..4u8).prop_map(|(owner, named)| Step::RwLeave { owner, named }),
+        2 => (0..3u8, any::<bool>()).prop_map(|(owner, grants)| Step::RwLeaveRead { owner, grants }),
         1 => (0..6u8, 0..3usize).prop_map(|(field, lease)| Step::Renew { field, lease }),
         1 => (0..8usize).prop_map(Step::HoldEnds),
         1 => (0..4usize).prop_map(Step::MarkEnds),
@@ -556,6 +563,28 @@ impl Run<'_> {
                 prop_assert!(ok, "leave: the model answers {want:?}, the server {got:?}");
                 self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
             }
+            Step::RwLeaveRead { owner, grants } => {
+                diff::messages(self.sides);
+                let want = self.model.rw_leave_reader(owner, grants, None);
+                let field = field_name(Field::Reader(owner));
+                let mut args = vec!["EVAL", RW_LEAVE];
+                if grants {
+                    args.extend(["4", LOCK, CHANNEL, WRITERS, COUNTER, &field, "PUBLISH", "0"]);
+                } else {
+                    args.extend(["3", LOCK, CHANNEL, WRITERS, &field, "PUBLISH", "0"]);
+                }
+                let got = self.redis.cmd(&args);
+                if let Ok((_, told)) = &want {
+                    self.learn_handed(told)?;
+                }
+                let ok = match (want, &got) {
+                    (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
+                    (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
+                    _ => false,
+                };
+                prop_assert!(ok, "reader's leave: the model answers {want:?}, the server {got:?}");
+                self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
+            }
             Step::SemAcquire {
                 client: c,
                 n,
@@ -734,11 +763,19 @@ impl Run<'_> {
             Step::MarkEnds(i) => {
                 let now = self.model.now;
                 if let Name::Hash(h) = &mut self.model.name {
-                    if !h.marks.is_empty() {
-                        let n = h.marks.len();
-                        let m = &mut h.marks[i % n];
-                        m.1 = now;
-                        let name = format!(":ww:{}", field_name(Field::Writer(m.0)));
+                    let (n, r) = (h.marks.len(), h.readers_waiting.len());
+                    if n + r > 0 {
+                        let i = i % (n + r);
+                        let name = if i < n {
+                            let m = &mut h.marks[i];
+                            m.1 = now;
+                            format!(":ww:{}", field_name(Field::Writer(m.0)))
+                        } else {
+                            let m = &mut h.readers_waiting[i - n];
+                            m.deadline = now;
+                            let head = if m.pass { ":rp:" } else { ":wr:" };
+                            format!("{head}{}", field_name(Field::Reader(m.owner)))
+                        };
                         self.redis.cmd(&["HSET", LOCK, &name, "1"]);
                     }
                 }
@@ -1004,6 +1041,12 @@ impl Run<'_> {
                     let key = format!(":ww:{}", field_name(Field::Writer(o)));
                     let r = real.remove(&key).unwrap_or_default();
                     self.check_time(&format!("the mark {key}"), &r, d, now_ms)?;
+                }
+                for m in &h.readers_waiting {
+                    let head = if m.pass { ":rp:" } else { ":wr:" };
+                    let key = format!("{head}{}", field_name(Field::Reader(m.owner)));
+                    let r = real.remove(&key).unwrap_or_default();
+                    self.check_time(&format!("the reader's mark {key}"), &r, m.deadline, now_ms)?;
                 }
                 for &(o, k) in &h.asks {
                     let key = format!(":wa:{}", field_name(Field::Writer(o)));

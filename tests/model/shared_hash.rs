@@ -73,6 +73,9 @@ pub struct Hash {
     /// `:wa:<writer>`: the asks for a direct grant beside some of those
     /// marks (sorted; each goes with its mark).
     pub asks: Vec<(Owner, WriterAsk)>,
+    /// `:wr:<reader>` (`pass` false) and `:rp:<reader>` (true): waiting
+    /// readers' marks and passes, until their deadlines (sorted).
+    pub readers_waiting: Vec<ReaderMark>,
     /// `:take`: the request a release handed the write hold to (left
     /// behind, as `token`, when a renewal prunes a dead writer; a fresh
     /// write take clears it).
@@ -122,6 +125,15 @@ pub enum ReleaseReply {
     /// "WRONGKIND <kind>": the name is another kind's (a side's
     /// force-unlock of a semaphore's hash).
     WrongKind,
+}
+
+/// A waiting reader's mark, or its pass (a write release turned the mark
+/// into one: the reader goes in before the next writer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReaderMark {
+    pub owner: Owner,
+    pub deadline: i32,
+    pub pass: bool,
 }
 
 /// A waiting writer's ask for a direct grant (`:wa:<field>` = "<ms>
@@ -253,12 +265,13 @@ pub struct Sides {
 
 impl Sides {
     /// A wake-up of a lock where a waiter listens: the writers when the
-    /// lock is `free`, the readers unless a writer's mark (the latest
-    /// deadline `ww`) holds new readers back at `now`.
-    fn told(free: bool, ww: i32, now: i32) -> Sides {
+    /// lock is `free` and no reader has a pass, the readers unless a
+    /// writer's mark (the latest deadline `ww`) holds new readers back at
+    /// `now` and no reader has a pass.
+    fn told(free: bool, ww: i32, now: i32, passes: bool) -> Sides {
         Sides {
-            readers: ww <= now,
-            writers: free,
+            readers: ww <= now || passes,
+            writers: free && !passes,
             handed: None,
         }
     }
@@ -356,6 +369,17 @@ pub enum Defect {
     /// hash's TTL (and a writer that stopped holds the name longer than
     /// its mark would have held readers back).
     GrantOutlivesMark,
+    /// A write release leaves the waiting readers' marks as they are (no
+    /// passes: how it was before them): two writers taking turns keep a
+    /// reader out for good.
+    NoPasses,
+    /// A reader with a pass is still held back by a writer's mark.
+    PassIgnored,
+    /// A writer takes the lock (or is handed it) while a reader's pass
+    /// stands.
+    WriterPassesReaders,
+    /// A waiting reader's refusal leaves no mark.
+    ReaderLeavesNoMark,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -367,6 +391,10 @@ struct Snapshot {
     soonest: Option<i32>,
     /// The latest waiting writer's deadline (0: none).
     ww: i32,
+    /// Live readers' passes.
+    passes: u32,
+    /// The latest deadline of any mark or pass (0: none).
+    marks_end: i32,
     /// Whether there were holders (cover: the TTL only grows then).
     held: bool,
 }
@@ -445,6 +473,9 @@ impl Server {
             for m in &mut h.marks {
                 m.1 = moved(m.1);
             }
+            for m in &mut h.readers_waiting {
+                m.deadline = moved(m.deadline);
+            }
         }
         for r in &mut self.records {
             r.expires -= ticks;
@@ -471,6 +502,9 @@ impl Server {
             }
             for m in &mut h.marks {
                 m.1 = back(m.1);
+            }
+            for m in &mut h.readers_waiting {
+                m.deadline = back(m.deadline);
             }
         }
         for r in &mut self.records {
@@ -529,6 +563,9 @@ impl Server {
         let marks = h.marks.clone();
         h.asks.retain(|(o, _)| marks.iter().any(|m| m.0 == *o));
         s.ww = h.marks.iter().map(|&(_, d)| d).max().unwrap_or(0);
+        h.readers_waiting.retain(|m| m.deadline > now);
+        s.passes = h.readers_waiting.iter().filter(|m| m.pass).count() as u32;
+        s.marks_end = h.readers_waiting.iter().map(|m| m.deadline).fold(s.ww, i32::max);
         if h.holds.iter().any(|x| x.deadline <= now && !x.field.is_reader()) {
             h.token = None;
             h.take = None;
@@ -565,6 +602,7 @@ impl Server {
                 token: None,
                 marks: Vec::new(),
                 asks: Vec::new(),
+                readers_waiting: Vec::new(),
                 take: None,
                 wait: false,
                 expires: i32::MAX,
@@ -817,13 +855,21 @@ impl Server {
                     let count = self.reenter(a.field, a.lease);
                     return self.grant(&a, token, count);
                 }
+                let pass = self
+                    .hash()
+                    .is_some_and(|h| h.readers_waiting.iter().any(|m| m.owner == o && m.pass));
                 match s.writer {
                     Some((w, left)) if w != o && defect != Some(Defect::ReadIgnoresWriter) => {
-                        self.refuse(a.waits, left, defect)
+                        self.refuse_reader(&a, o, pass, left, defect)
                     }
-                    None if s.ww > now => self.refuse(a.waits, s.ww - now, defect),
+                    None if s.ww > now && !pass && defect != Some(Defect::PassIgnored) => {
+                        self.refuse_reader(&a, o, pass, s.ww - now, defect)
+                    }
                     _ => {
                         let token = self.read_token(defect);
+                        if let Some(h) = self.hash() {
+                            h.readers_waiting.retain(|m| m.owner != o);
+                        }
                         self.put(
                             Kind::Rw,
                             Holding {
@@ -861,7 +907,8 @@ impl Server {
                 if self.holding(Field::Reader(o)).is_some() {
                     return AcquireReply::Deadlock;
                 }
-                if s.writer.is_some() || s.readers > 0 {
+                let passes = s.passes > 0 && defect != Some(Defect::WriterPassesReaders);
+                if s.writer.is_some() || s.readers > 0 || passes {
                     if a.waits {
                         let mark = now + a.mark;
                         if let Some(h) = self.hash() {
@@ -888,9 +935,10 @@ impl Server {
                         }
                         self.extend(a.mark);
                     }
-                    let hint = match s.writer {
-                        Some((_, left)) => left,
-                        None => s.soonest.unwrap_or(0),
+                    let hint = match (s.writer, s.soonest) {
+                        (Some((_, left)), _) => left,
+                        (None, Some(soonest)) => soonest,
+                        (None, None) => s.marks_end - now,
                     };
                     self.refuse(a.waits, hint, defect)
                 } else {
@@ -918,6 +966,34 @@ impl Server {
         };
         self.check_waiter(&before);
         reply
+    }
+
+    /// `refuse_reader` of rw_acquire.lua: a waiting reader `o` leaves its
+    /// mark (a pass stays a pass), the hash's TTL covering it.
+    fn refuse_reader(
+        &mut self,
+        a: &RwAcquire,
+        o: Owner,
+        pass: bool,
+        hint: i32,
+        defect: Option<Defect>,
+    ) -> AcquireReply {
+        if a.waits && defect != Some(Defect::ReaderLeavesNoMark) {
+            let deadline = self.now + a.mark;
+            if let Some(h) = self.hash() {
+                if !pass {
+                    h.readers_waiting.retain(|m| m.owner != o);
+                    h.readers_waiting.push(ReaderMark {
+                        owner: o,
+                        deadline,
+                        pass: false,
+                    });
+                    h.readers_waiting.sort();
+                }
+            }
+            self.extend(a.mark);
+        }
+        self.refuse(a.waits, hint, defect)
     }
 
     /// A waiter's call changed no live holder's deadline.
@@ -1040,7 +1116,18 @@ impl Server {
                 h.token = None;
                 h.take = None;
                 writer = false;
+                // give_passes: the readers waiting for this writer go in
+                // before the next one.
+                if defect != Some(Defect::NoPasses) {
+                    for m in &mut h.readers_waiting {
+                        m.pass = true;
+                    }
+                }
             }
+        }
+        let passes = self.hash().is_some_and(|h| h.readers_waiting.iter().any(|m| m.pass));
+        if !read && passes {
+            wake = true;
         }
         let free = !writer && readers == 0;
         if free {
@@ -1049,7 +1136,8 @@ impl Server {
             // kind, the TTL to the latest.
             let marks = self.hash().map(|h| h.marks.clone()).unwrap_or_default();
             let asks = self.hash().map(|h| h.asks.clone()).unwrap_or_default();
-            self.name = if marks.is_empty() {
+            let readers_waiting = self.hash().map(|h| h.readers_waiting.clone()).unwrap_or_default();
+            self.name = if marks.is_empty() && readers_waiting.is_empty() {
                 Name::Absent
             } else {
                 // ':wait' is kept with them: the readers they hold
@@ -1060,9 +1148,10 @@ impl Server {
                     token: None,
                     marks,
                     asks,
+                    readers_waiting,
                     take: None,
                     wait: listened && defect != Some(Defect::FreeForgetsWait),
-                    expires: s.ww,
+                    expires: s.marks_end,
                 })
             };
         }
@@ -1079,7 +1168,7 @@ impl Server {
             }
         }
         let told = if wake && listened {
-            Sides::told(free, s.ww, now)
+            Sides::told(free, s.ww, now, passes)
         } else {
             none
         };
@@ -1093,6 +1182,9 @@ impl Server {
     fn hand_to_writer(&mut self, defect: Option<Defect>) -> Option<Handed> {
         let now = self.now;
         let h = self.hash()?;
+        if h.readers_waiting.iter().any(|m| m.pass) && defect != Some(Defect::WriterPassesReaders) {
+            return None;
+        }
         let (o, ask) = h
             .asks
             .iter()
@@ -1183,6 +1275,7 @@ impl Server {
             return Ok((false, none));
         }
         let others = !h.marks.is_empty();
+        let readers_wait = !h.readers_waiting.is_empty();
         let ww = h.marks.iter().map(|m| m.1).max().unwrap_or(0);
         if writer.is_some() || (others && !gave) {
             return Ok((true, none));
@@ -1198,15 +1291,66 @@ impl Server {
                 ));
             }
         }
-        if s.readers == 0 && !others {
+        if s.readers == 0 && !others && !readers_wait {
             self.name = Name::Absent;
         }
         let told = if listened && defect != Some(Defect::LeaveTellsNobody) {
-            Sides::told(s.readers == 0, ww, now)
+            Sides::told(s.readers == 0, ww, now, s.passes > 0)
         } else {
             none
         };
         Ok((true, told))
+    }
+
+    /// rw_leave.lua for a reader: the waiting reader `o` stops waiting,
+    /// its mark or pass goes. True when one was there; and the channels it
+    /// published on (the last pass gone from a lock nobody holds: a
+    /// waiting writer's ask is handed the lock, with `grants`, or the
+    /// writers are told).
+    pub fn rw_leave_reader(
+        &mut self,
+        o: Owner,
+        grants: bool,
+        defect: Option<Defect>,
+    ) -> Result<(bool, Sides), ReleaseReply> {
+        let none = Sides::default();
+        let s = match self.snapshot(Kind::Rw, true) {
+            Ok(s) => s,
+            Err(AcquireReply::WrongType) => return Err(ReleaseReply::WrongType),
+            Err(_) => return Ok((false, none)),
+        };
+        let now = self.now;
+        let Some(h) = self.hash() else { return Ok((false, none)) };
+        let listened = h.wait;
+        let Some(at) = h.readers_waiting.iter().position(|m| m.owner == o) else {
+            return Ok((false, none));
+        };
+        let pass = h.readers_waiting.remove(at).pass;
+        let passes = h.readers_waiting.iter().any(|m| m.pass);
+        if s.writer.is_some() || s.readers > 0 {
+            return Ok((true, none));
+        }
+        if h.marks.is_empty() && h.readers_waiting.is_empty() {
+            self.name = Name::Absent;
+            return Ok((true, none));
+        }
+        if pass && !passes {
+            if grants {
+                if let Some(handed) = self.hand_to_writer(defect) {
+                    return Ok((
+                        true,
+                        Sides {
+                            handed: Some(handed),
+                            ..none
+                        },
+                    ));
+                }
+            }
+            if listened {
+                return Ok((true, Sides::told(true, s.ww, now, false)));
+            }
+        }
+        Ok((true, none))
     }
 
     /// force_unlock.lua through a plain lock handle (`lockwarden unlock
