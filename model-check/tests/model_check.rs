@@ -479,7 +479,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 23] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 26] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -617,7 +617,35 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 23] = [
         },
         EXCLUSION,
     ),
+    // The reader refused behind the writer leaves its mark; the writer
+    // gives the lock back, asks again and goes in ahead of the reader.
+    (FamilyDefect::NoPasses, RW_PHASES, PHASES),
+    (FamilyDefect::WriterPassesReaders, RW_PHASES, PHASES),
+    // The reader's pass lets it past nothing: the writer, back for the
+    // lock, is refused for the pass and leaves its mark, which then holds
+    // the reader back while no holder stands against it (11 steps).
+    (
+        FamilyDefect::PassIgnored,
+        FamilyBounds {
+            depth: Some(13),
+            ..RW_PHASES
+        },
+        "a waiter nothing stands against gets the name by its next attempt",
+    ),
 ];
+
+/// The read-write bound one step deeper, without the data loss and the
+/// foreign key: a write, a refused read, the write's release and the next
+/// write are ten steps (a bound's depth counts the first state too, and
+/// the states at that depth are not checked).
+const RW_PHASES: FamilyBounds = FamilyBounds {
+    depth: Some(12),
+    faults: 0,
+    foreign: false,
+    ..RW
+};
+
+const PHASES: &str = "no writer goes in before the readers that waited for the last writer";
 
 const WAKE_UP: &str = "no wake-up is lost";
 

@@ -266,6 +266,12 @@ pub struct ClientState {
     /// later or never.
     pub writing: Option<WriterWait>,
     pub rw_leave: Option<Vec<Req>>,
+    /// A read wait's attempt may have left the reader's mark (or a write
+    /// release made it a pass): the reader's owner, until the wait holds
+    /// or takes it back (`rw::SideWait`, armed before each attempt); and
+    /// the leave of one that stopped without the lock, run later or never.
+    pub reading: Option<Owner>,
+    pub read_leave: Option<Owner>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -381,6 +387,8 @@ impl FamilyModel {
                     pending: [None; PENDING],
                     writing: None,
                     rw_leave: None,
+                    reading: None,
+                    read_leave: None,
                 })
                 .collect(),
             faults_left: self.bounds.faults,
@@ -774,6 +782,14 @@ impl FamilyModel {
             cl.listen = None;
             cl.inbox.clear();
         }
+        if let (true, Some(o)) = (over, cl.reading) {
+            if cl.phase == Phase::Idle {
+                // Stopped without the lock: its leave goes in the
+                // background. (Holding, its take removed the mark.)
+                cl.read_leave = Some(o);
+            }
+            cl.reading = None;
+        }
         if let Some(w) = &cl.writing {
             if over {
                 if cl.phase == Phase::Idle {
@@ -889,6 +905,18 @@ impl FamilyModel {
             "client 1 is handed the lock: {:?}",
             s.clients[1]
         );
+        s
+    }
+
+    /// Client 0 writes, client 1's read wait is refused behind it (its
+    /// mark left), and client 0's release turns the mark into a pass.
+    fn reader_passed(&self, empty: &State) -> State {
+        let s = self.released_to(empty, Field::Writer(owner_of(0, 0)), Field::Reader(owner_of(1, 0)));
+        let passed = match &s.server.name {
+            Name::Hash(h) => h.readers_waiting.iter().any(|m| m.pass),
+            _ => false,
+        };
+        assert!(passed || self.defect.is_some(), "client 1 has a pass: {:?}", s.server);
         s
     }
 
@@ -1202,7 +1230,7 @@ impl Model for FamilyModel {
             return vec![self.handed(&empty)];
         }
         if self.bounds.writer_grants && self.bounds.handed {
-            return vec![self.writer_handed(&empty)];
+            return vec![self.writer_handed(&empty), self.reader_passed(&empty)];
         }
         if self.bounds.grants && self.bounds.crowded {
             return vec![self.crowded(&empty)];
@@ -1282,10 +1310,8 @@ impl Model for FamilyModel {
                 }
             }
             if cl.line.call.is_none() {
-                if let Phase::Waiting { field } = cl.phase {
-                    if matches!(field, Field::Writer(_)) {
-                        actions.push(Action::Leave(c));
-                    }
+                if let Phase::Waiting { .. } = cl.phase {
+                    actions.push(Action::Leave(c));
                     actions.push(Action::Abandon(c));
                 }
             }
@@ -1298,7 +1324,7 @@ impl Model for FamilyModel {
                 actions.push(Action::Deliver(c));
                 actions.push(Action::LoseMessage(c));
             }
-            if cl.leave.is_some() || cl.pass_on || cl.rw_leave.is_some() {
+            if cl.leave.is_some() || cl.pass_on || cl.rw_leave.is_some() || cl.read_leave.is_some() {
                 actions.push(Action::RunLeave(c));
                 actions.push(Action::LoseLeave(c));
             }
@@ -1361,6 +1387,9 @@ impl Model for FamilyModel {
                             woken: false,
                         });
                     }
+                }
+                if let (Op::Acquire(Field::Reader(o), _), Phase::Idle | Phase::Waiting { .. }) = (op, cl.phase) {
+                    cl.reading = Some(o);
                 }
                 cl.calls_left -= 1;
                 let mut op = op;
@@ -1446,19 +1475,24 @@ impl Model for FamilyModel {
                         Self::tell(&mut s, sides);
                     }
                 }
+                if let Phase::Waiting {
+                    field: Field::Reader(o),
+                } = s.clients[c].phase
+                {
+                    s.clients[c].reading = None;
+                    let grants = self.bounds.writer_grants;
+                    if let Ok((_, sides)) = s.server.rw_leave_reader(o, grants, self.defect) {
+                        Self::tell(&mut s, sides);
+                    }
+                }
                 s.clients[c].phase = Phase::Idle;
             }
             Action::Abandon(c) => {
                 let cl = &mut s.clients[c];
-                if let (
-                    Phase::Waiting {
-                        field: Field::Writer(_),
-                    },
-                    Some(_),
-                ) = (cl.phase, cl.listen)
-                {
-                    // Its mark holds readers back to its deadline.
-                    s.unwoken = true;
+                if let (Phase::Waiting { field }, Some(_)) = (cl.phase, cl.listen) {
+                    // A writer's mark holds readers back to its deadline, a
+                    // reader's pass writers.
+                    s.unwoken |= matches!(field, Field::Writer(_) | Field::Reader(_));
                 }
                 cl.phase = Phase::Idle;
             }
@@ -1527,6 +1561,13 @@ impl Model for FamilyModel {
                 cl.inbox.remove(0);
                 s.unwoken |= cl.listen.is_some() || cl.wait.is_some();
             }
+            Action::RunLeave(c) if s.clients[c].read_leave.is_some() => {
+                let o = s.clients[c].read_leave.take().unwrap_or_default();
+                let grants = self.bounds.writer_grants;
+                if let Ok((_, sides)) = s.server.rw_leave_reader(o, grants, self.defect) {
+                    Self::tell(&mut s, sides);
+                }
+            }
             Action::RunLeave(c) if s.clients[c].rw_leave.is_some() => {
                 let asked = s.clients[c].rw_leave.take().unwrap_or_default();
                 if let Ok((_, sides)) = s.server.rw_leave_telling(owner_of(c, 0), &asked, true, self.defect) {
@@ -1542,7 +1583,7 @@ impl Model for FamilyModel {
             }
             Action::LoseLeave(c) => {
                 let cl = &mut s.clients[c];
-                if cl.rw_leave.take().is_none() && cl.leave.take().is_none() {
+                if cl.read_leave.take().is_none() && cl.rw_leave.take().is_none() && cl.leave.take().is_none() {
                     cl.pass_on = false;
                 }
                 s.unwoken = true;
@@ -1604,6 +1645,14 @@ impl Model for FamilyModel {
                 !(m.bounds.writer_grants && m.bounds.wakes) || s.writer_handed
             }),
             Property::<Self>::always("no wake-up is lost", |m, s| m.someone_told(s)),
+            Property::<Self>::always(
+                "no writer goes in before the readers that waited for the last writer",
+                |_, s| s.data_lost || s.forced || !s.server.passed_over,
+            ),
+            Property::<Self>::sometimes("a reader goes in past a writer's mark on its pass", |m, s| {
+                // (From the start where a reader has a pass.)
+                !(m.bounds.writer_grants && m.bounds.handed) || s.server.passed
+            }),
             Property::<Self>::sometimes("a writing task keeps its read side after its write side", |m, s| {
                 !m.bounds.downgrades || s.downgraded
             }),
@@ -1704,9 +1753,20 @@ impl FamilyModel {
             Name::Absent => true,
             Name::Hash(h) if h.kind == Kind::Rw => {
                 let live = |x: &&Holding| x.deadline > now;
+                // A reader's live pass stands against writers; a writer's
+                // live mark against readers without a pass.
+                let pass = |o: Option<Owner>| {
+                    h.readers_waiting
+                        .iter()
+                        .any(|m| m.pass && m.deadline > now && o.is_none_or(|o| m.owner == o))
+                };
                 match field {
-                    Field::Writer(_) => !h.holds.iter().any(|x| live(&x)),
-                    _ => {
+                    Field::Writer(_) => !h.holds.iter().any(|x| live(&x)) && !pass(None),
+                    Field::Reader(o) => {
+                        !h.holds.iter().any(|x| live(&x) && !x.field.is_reader())
+                            && (h.marks.iter().all(|&(_, d)| d <= now) || pass(Some(o)))
+                    }
+                    Field::Permit(_) => {
                         !h.holds.iter().any(|x| live(&x) && !x.field.is_reader())
                             && h.marks.iter().all(|&(_, d)| d <= now)
                     }
@@ -1737,9 +1797,18 @@ impl FamilyModel {
                         Field::Permit(_) => Kind::Semaphore,
                         _ => Kind::Rw,
                     };
+                    // Nor a reader's live pass (against a writer); a
+                    // reader's own pass lets it past the writers' marks.
+                    let passes = h.readers_waiting.iter().any(|m| m.pass && m.deadline > now);
+                    let pass_of = |f: Field| {
+                        h.readers_waiting
+                            .iter()
+                            .any(|m| m.pass && m.deadline > now && f == Field::Reader(m.owner))
+                    };
                     h.kind == kind
                         && h.holds.iter().all(|x| x.deadline <= now)
-                        && h.marks.iter().all(|&(o, d)| d <= now || field == Field::Writer(o))
+                        && (h.marks.iter().all(|&(o, d)| d <= now || field == Field::Writer(o)) || pass_of(field))
+                        && !(passes && matches!(field, Field::Writer(_)))
                 }
                 _ => false,
             };
@@ -1771,7 +1840,10 @@ fn lapses(server: &Server) -> bool {
     let listed = !server.waiting.list.is_empty();
     let hash = match &server.name {
         Name::Hash(h) if h.wait || h.kind == Kind::Semaphore => {
-            h.holds.iter().any(|x| ends(x.deadline)) || h.marks.iter().any(|&(_, d)| ends(d)) || h.expires <= next
+            h.holds.iter().any(|x| ends(x.deadline))
+                || h.marks.iter().any(|&(_, d)| ends(d))
+                || h.readers_waiting.iter().any(|m| ends(m.deadline))
+                || h.expires <= next
         }
         _ => false,
     };

@@ -346,8 +346,8 @@ pub enum Defect {
     /// A semaphore's listening refusal does not list its client: no
     /// release tells it.
     RefusalUnlisted,
-    /// A write release that leaves the writer's own readers behind tells
-    /// nobody (the readers waiting could join them).
+    /// A write release that leaves the lock to readers (the writer's own
+    /// read hold, or the waiting readers' passes) tells nobody.
     WriteReleaseTellsNoReaders,
     /// A release tells one listed client, whatever number of permits it
     /// frees (the reentrant lock's wake-one carried over to permits
@@ -378,8 +378,6 @@ pub enum Defect {
     /// A writer takes the lock (or is handed it) while a reader's pass
     /// stands.
     WriterPassesReaders,
-    /// A waiting reader's refusal leaves no mark.
-    ReaderLeavesNoMark,
 }
 
 /// The hash as a script's snapshot saw it (after pruning).
@@ -415,6 +413,14 @@ pub struct Server {
     pub foreign_written: bool,
     pub waiter_moved_lease: bool,
     pub freed_another: bool,
+    /// The readers whose mark stood when the last write hold was released
+    /// (they go in before the next writer), until each takes the read
+    /// side or its mark or pass goes; and whether a write hold began while
+    /// one of them still waited with its mark or pass standing. And
+    /// whether a reader went in on a pass.
+    pub owed: Vec<Owner>,
+    pub passed_over: bool,
+    pub passed: bool,
     pub waiting: Waiting,
     /// How long past the time a refusal gave the waiters list and the
     /// asks live (the scripts' second, in the model's unit).
@@ -432,6 +438,9 @@ impl Server {
             foreign_written: false,
             waiter_moved_lease: false,
             freed_another: false,
+            owed: Vec::new(),
+            passed_over: false,
+            passed: false,
             waiting: Waiting::default(),
             slack: 1,
         }
@@ -862,7 +871,7 @@ impl Server {
                     Some((w, left)) if w != o && defect != Some(Defect::ReadIgnoresWriter) => {
                         self.refuse_reader(&a, o, pass, left, defect)
                     }
-                    None if s.ww > now && !pass && defect != Some(Defect::PassIgnored) => {
+                    None if s.ww > now && (!pass || defect == Some(Defect::PassIgnored)) => {
                         self.refuse_reader(&a, o, pass, s.ww - now, defect)
                     }
                     _ => {
@@ -870,6 +879,8 @@ impl Server {
                         if let Some(h) = self.hash() {
                             h.readers_waiting.retain(|m| m.owner != o);
                         }
+                        self.owed.retain(|&r| r != o);
+                        self.passed |= pass && s.ww > now;
                         self.put(
                             Kind::Rw,
                             Holding {
@@ -942,6 +953,7 @@ impl Server {
                     };
                     self.refuse(a.waits, hint, defect)
                 } else {
+                    self.note_writer_in();
                     let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
                     self.put(
                         Kind::Rw,
@@ -978,7 +990,7 @@ impl Server {
         hint: i32,
         defect: Option<Defect>,
     ) -> AcquireReply {
-        if a.waits && defect != Some(Defect::ReaderLeavesNoMark) {
+        if a.waits {
             let deadline = self.now + a.mark;
             if let Some(h) = self.hash() {
                 if !pass {
@@ -994,6 +1006,18 @@ impl Server {
             self.extend(a.mark);
         }
         self.refuse(a.waits, hint, defect)
+    }
+
+    /// A write hold begins: was a reader owed its turn still waiting, its
+    /// mark or pass standing? (Called after the caller's snapshot pruned.)
+    fn note_writer_in(&mut self) {
+        let waiting: Vec<Owner> = match &self.name {
+            Name::Hash(h) => h.readers_waiting.iter().map(|m| m.owner).collect(),
+            _ => Vec::new(),
+        };
+        self.owed.retain(|o| waiting.contains(o));
+        self.passed_over |= !self.owed.is_empty();
+        self.owed.clear();
     }
 
     /// A waiter's call changed no live holder's deadline.
@@ -1118,6 +1142,9 @@ impl Server {
                 writer = false;
                 // give_passes: the readers waiting for this writer go in
                 // before the next one.
+                let waiting: Vec<Owner> = h.readers_waiting.iter().map(|m| m.owner).collect();
+                self.owed = waiting;
+                let h = self.hash().expect("the hash being released");
                 if defect != Some(Defect::NoPasses) {
                     for m in &mut h.readers_waiting {
                         m.pass = true;
@@ -1126,7 +1153,7 @@ impl Server {
             }
         }
         let passes = self.hash().is_some_and(|h| h.readers_waiting.iter().any(|m| m.pass));
-        if !read && passes {
+        if !read && passes && defect != Some(Defect::WriteReleaseTellsNoReaders) {
             wake = true;
         }
         let free = !writer && readers == 0;
@@ -1196,6 +1223,7 @@ impl Server {
         } else {
             ask.ms.min(mark - now)
         };
+        self.note_writer_in();
         let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
         let h = self.hash()?;
         h.marks.retain(|m| m.0 != o);
