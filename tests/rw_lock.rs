@@ -388,10 +388,14 @@ async fn a_dropped_wait_leaves_nothing_held() {
         reader.abort();
         let _ = reader.await;
         w.unlock().await.unwrap();
-        assert_eq!(
-            server.cmd(&["EXISTS", "drop"]).as_int(),
-            Some(0),
-            "no reader was left behind"
+        // The dropped wait takes its mark (or the pass the unlock made of
+        // it) back in the background.
+        assert!(
+            eventually(Duration::from_secs(2), || server.cmd(&["EXISTS", "drop"]).as_int()
+                == Some(0))
+            .await,
+            "no reader was left behind: {:?}",
+            server.cmd(&["HGETALL", "drop"]).strings()
         );
 
         let r = a.rw_lock("drop").unwrap().read().lock().await.unwrap();
@@ -1296,6 +1300,131 @@ async fn a_fresh_write_hold_never_carries_an_earlier_grants_request() {
         writer.abort();
         proxy.resume();
         proxy.pass_messages();
+    })
+    .await
+}
+
+/// The marks and passes of waiting readers in the hash `key`.
+fn reader_marks(server: &RedisServer, key: &str) -> Vec<String> {
+    let mut m: Vec<String> = server
+        .cmd(&["HKEYS", key])
+        .strings()
+        .into_iter()
+        .filter(|f| f.starts_with(":wr:") || f.starts_with(":rp:"))
+        .collect();
+    m.sort();
+    m
+}
+
+/// Two writers taking turns (each asking again as soon as it gave the lock
+/// back) never keep a reader out: the write release lets the readers that
+/// waited for it in before the next writer. (Before passes the reader was
+/// refused for the whole 5 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_taking_turns_never_keep_a_reader_out() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let stop = Arc::new(AtomicBool::new(false));
+        let turns = Arc::new(AtomicUsize::new(0));
+        let mut writers = Vec::new();
+        for _ in 0..2 {
+            let c = client(&server.url(), LONG).await;
+            let (stop, turns) = (stop.clone(), turns.clone());
+            writers.push(tokio::spawn(async move {
+                let w = c.rw_lock("turns").unwrap().write();
+                while !stop.load(Ordering::Relaxed) {
+                    let g = w.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    g.unlock().await.unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        assert!(eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 20).await);
+        let c = client(&server.url(), LONG).await;
+        let r = c.rw_lock("turns").unwrap().read();
+        for _ in 0..5 {
+            let before = turns.load(Ordering::Relaxed);
+            let g = r
+                .try_lock(Duration::from_secs(5), LONG)
+                .await
+                .unwrap()
+                .expect("the reader gets in between the writers' turns");
+            // It went in while the writers kept going, not after they stopped.
+            assert!(turns.load(Ordering::Relaxed) >= before);
+            g.unlock().await.unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.await.unwrap();
+        }
+        assert!(turns.load(Ordering::Relaxed) > 20, "the writers kept their turns");
+    })
+    .await
+}
+
+/// A reader that waited for a writer goes in before the writer that
+/// waited behind it; that writer goes in once the reader leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_waited_for_a_writer_goes_in_before_the_next_writer() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = client(&server.url(), LONG).await;
+        let c = client(&server.url(), LONG).await;
+        let first = a.rw_lock("phase").unwrap().write().lock().await.unwrap();
+        let r = b.rw_lock("phase").unwrap().read();
+        let reader = tokio::spawn(async move { r.lock().await.unwrap() });
+        assert!(eventually(Duration::from_secs(5), || reader_marks(&server, "phase").len() == 1).await);
+        let w = c.rw_lock("phase").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await.unwrap() });
+        assert!(eventually(Duration::from_secs(5), || marks(&server, "phase") == 1).await);
+        first.unlock().await.unwrap();
+        // The reader goes in on its pass, past the waiting writer's mark.
+        let read = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("the reader goes in")
+            .unwrap();
+        assert!(reader_marks(&server, "phase").is_empty(), "its pass is used");
+        assert!(!writer.is_finished(), "the writer waits for the reader");
+        read.unlock().await.unwrap();
+        let write = tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .expect("then the writer goes in")
+            .unwrap();
+        write.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", "phase"]).as_int(), Some(0), "nothing left");
+    })
+    .await
+}
+
+/// A reader's wait dropped takes its mark (or the pass a write release
+/// made of it) back: the writer behind it is not held back until the
+/// mark's deadline (the waiter timeout, here 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_readers_pass_holds_no_writer_back() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let a = client(&server.url(), LONG).await;
+        let b = slow_client(&server).await.unwrap();
+        let c = client(&server.url(), LONG).await;
+        let first = a.rw_lock("pass").unwrap().write().lock().await.unwrap();
+        let r = b.rw_lock("pass").unwrap().read();
+        let reader = tokio::spawn(async move { r.lock().await });
+        assert!(eventually(Duration::from_secs(5), || reader_marks(&server, "pass").len() == 1).await);
+        // Its mark lasts 30 s (the client's waiter timeout), and the unlock
+        // would make it a pass: dropped, the wait takes it back.
+        reader.abort();
+        let w = c.rw_lock("pass").unwrap().write();
+        let writer = tokio::spawn(async move { w.lock().await.unwrap() });
+        let started = Instant::now();
+        first.unlock().await.unwrap();
+        let write = tokio::time::timeout(Duration::from_secs(4), writer)
+            .await
+            .expect("the writer goes in before the pass would lapse")
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(4));
+        write.unlock().await.unwrap();
     })
     .await
 }
