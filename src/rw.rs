@@ -62,34 +62,28 @@ impl SideWait {
     /// The write side's wait of `owner` (its client's own owners only ask
     /// for grants); `will_wait`: more than one attempt, with `lease`.
     pub(crate) fn writer(t: Target<'_>, owner: &Str, will_wait: bool, lease: Lease) -> SideWait {
-        let core = t.core;
-        SideWait {
-            // Its channel is never open before the first attempt (see
-            // `channel`), so whether it waits does not matter.
-            inner: Shared::new(false),
-            read: false,
-            refresh: core.settings.waiter_timeout / 3,
-            mark: LeaveOnExit::leave(t, owner, false),
-            core: core.clone(),
-            keys: t.keys.clone(),
-            grant_lease: crate::wait::grant_lease(t, owner, will_wait, lease),
-            request: None,
-            asked: AtomicBool::new(false),
-        }
+        // Its channel is never open before the first attempt (see
+        // `channel`), so whether it waits does not matter.
+        let grant_lease = crate::wait::grant_lease(t, owner, will_wait, lease);
+        SideWait::new(t, owner, false, Shared::new(false), grant_lease)
     }
 
     /// The read side's wait of `field` (the owner's reader field); it asks
     /// for no grant. `will_wait`: more than one attempt.
     pub(crate) fn reader(t: Target<'_>, field: &Str, will_wait: bool) -> SideWait {
+        SideWait::new(t, field, true, Shared::new(will_wait), None)
+    }
+
+    fn new(t: Target<'_>, field: &Str, read: bool, inner: Shared, grant_lease: Option<Duration>) -> SideWait {
         let core = t.core;
         SideWait {
-            inner: Shared::new(will_wait),
-            read: true,
+            inner,
+            read,
             refresh: core.settings.waiter_timeout / 3,
             mark: LeaveOnExit::leave(t, field, false),
             core: core.clone(),
             keys: t.keys.clone(),
-            grant_lease: None,
+            grant_lease,
             request: None,
             asked: AtomicBool::new(false),
         }

@@ -382,6 +382,25 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// An rw_leave.lua call: its reply, and what it published.
+    fn check_leave(
+        &mut self,
+        what: &str,
+        want: Result<(bool, Sides), ReleaseReply>,
+        got: &Reply,
+    ) -> Result<(), TestCaseError> {
+        if let Ok((_, told)) = &want {
+            self.learn_handed(told)?;
+        }
+        let ok = match (want, got) {
+            (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
+            (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
+            _ => false,
+        };
+        prop_assert!(ok, "{what}: the model answers {want:?}, the server {got:?}");
+        self.check_sides(want.map_or(Sides::default(), |(_, told)| told))
+    }
+
     fn check_release(want: ReleaseReply, got: &Reply) -> Result<(), TestCaseError> {
         let ok = match (want, got) {
             (ReleaseReply::Left(n), Reply::Int(m)) => i64::from(n) == *m,
@@ -552,16 +571,7 @@ impl Run<'_> {
                     args.extend(recs.iter().map(String::as_str));
                 }
                 let got = self.redis.cmd(&args);
-                if let Ok((_, told)) = &want {
-                    self.learn_handed(told)?;
-                }
-                let ok = match (want, &got) {
-                    (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
-                    (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
-                    _ => false,
-                };
-                prop_assert!(ok, "leave: the model answers {want:?}, the server {got:?}");
-                self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
+                self.check_leave("leave", want, &got)?;
             }
             Step::RwLeaveRead { owner, grants } => {
                 diff::messages(self.sides);
@@ -574,16 +584,7 @@ impl Run<'_> {
                     args.extend(["3", LOCK, CHANNEL, WRITERS, &field, "PUBLISH", "0"]);
                 }
                 let got = self.redis.cmd(&args);
-                if let Ok((_, told)) = &want {
-                    self.learn_handed(told)?;
-                }
-                let ok = match (want, &got) {
-                    (Ok((true, _)), Reply::Int(1)) | (Ok((false, _)), Reply::Int(0)) => true,
-                    (Err(ReleaseReply::WrongType), Reply::Err(e)) => e.starts_with("WRONGTYPE string 1"),
-                    _ => false,
-                };
-                prop_assert!(ok, "reader's leave: the model answers {want:?}, the server {got:?}");
-                self.check_sides(want.map_or(Sides::default(), |(_, told)| told))?;
+                self.check_leave("reader's leave", want, &got)?;
             }
             Step::SemAcquire {
                 client: c,

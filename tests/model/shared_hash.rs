@@ -1268,10 +1268,8 @@ impl Server {
         defect: Option<Defect>,
     ) -> Result<(bool, Sides), ReleaseReply> {
         let none = Sides::default();
-        let s = match self.snapshot(Kind::Rw, true) {
-            Ok(s) => s,
-            Err(AcquireReply::WrongType) => return Err(ReleaseReply::WrongType),
-            Err(_) => return Ok((false, none)),
+        let Some(s) = self.leave_snapshot()? else {
+            return Ok((false, none));
         };
         let now = self.now;
         let Some(h) = self.hash() else { return Ok((false, none)) };
@@ -1330,6 +1328,16 @@ impl Server {
         Ok((true, told))
     }
 
+    /// The snapshot a leave takes: `Err` for a key of another type,
+    /// `None` for another kind's hash (or no kind's), which it leaves.
+    fn leave_snapshot(&mut self) -> Result<Option<Snapshot>, ReleaseReply> {
+        match self.snapshot(Kind::Rw, true) {
+            Ok(s) => Ok(Some(s)),
+            Err(AcquireReply::WrongType) => Err(ReleaseReply::WrongType),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// rw_leave.lua for a reader: the waiting reader `o` stops waiting,
     /// its mark or pass goes. True when one was there; and the channels it
     /// published on (the last pass gone from a lock nobody holds: a
@@ -1342,10 +1350,8 @@ impl Server {
         defect: Option<Defect>,
     ) -> Result<(bool, Sides), ReleaseReply> {
         let none = Sides::default();
-        let s = match self.snapshot(Kind::Rw, true) {
-            Ok(s) => s,
-            Err(AcquireReply::WrongType) => return Err(ReleaseReply::WrongType),
-            Err(_) => return Ok((false, none)),
+        let Some(s) = self.leave_snapshot()? else {
+            return Ok((false, none));
         };
         let now = self.now;
         let Some(h) = self.hash() else { return Ok((false, none)) };
