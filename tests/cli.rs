@@ -1533,3 +1533,52 @@ fn latch_and_permit_commands() {
     assert_eq!(code(&run(u, T)), 75, "given back already");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Through the command too, a shared run that waited for an exclusive run
+/// goes in before the exclusive run that waited behind it (the reader's
+/// pass), and that one after it: the order is A, the shared run, B.
+#[test]
+fn a_shared_run_that_waited_goes_before_the_next_exclusive_run() {
+    let server = RedisServer::start();
+    let dir = tempdir("phase");
+    let d = dir.display();
+    let spawn = |flag: &str, script: String| {
+        let mut c = cli(&server);
+        c.args(["run", "phase", flag, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let fields = |prefix: &str| {
+        server
+            .cmd(&["HKEYS", "phase"])
+            .strings()
+            .iter()
+            .filter(|f| f.starts_with(prefix))
+            .count()
+    };
+    let a = spawn(
+        "--exclusive",
+        format!("echo A >> {d}/order; while [ ! -e {d}/go ]; do sleep 0.05; done"),
+    );
+    assert!(eventually_sync(Duration::from_secs(20), || dir.join("order").exists()));
+    let r = spawn("--shared", format!("echo R >> {d}/order; sleep 0.3"));
+    assert!(
+        eventually_sync(Duration::from_secs(20), || fields(":wait") == 1),
+        "the shared run waits, listening"
+    );
+    let b = spawn("--exclusive", format!("echo B >> {d}/order"));
+    assert!(
+        eventually_sync(Duration::from_secs(20), || fields(":ww:") == 1),
+        "the second exclusive run waits, its mark left"
+    );
+    std::fs::write(dir.join("go"), "").unwrap();
+    for child in [a, r, b] {
+        let o = wait(child, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let order = std::fs::read_to_string(dir.join("order")).unwrap();
+    assert_eq!(order.split_whitespace().collect::<Vec<_>>(), ["A", "R", "B"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
