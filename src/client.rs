@@ -176,7 +176,9 @@ impl ClientBuilder {
     /// waiters refresh every third of it, whatever the holder does. Defaults
     /// to 5 s; must be within 100 ms ..= 30 days. Read-write locks: how long
     /// a waiting writer's mark holds new readers back after its last
-    /// attempt (it makes one every third of it). Reentrant locks: the
+    /// attempt, and a waiting reader's mark (made a pass by a write
+    /// release) holds the next writer back (each makes an attempt every
+    /// third of it). Reentrant locks: the
     /// longest first lease of a direct grant to this client's waits (an
     /// unlock hands the lock to a waiting client with one wait on the lock,
     /// on one master), so a waiter stopped at that moment blocks the lock
@@ -200,7 +202,7 @@ impl ClientBuilder {
     /// Defaults to [`DEFAULT_WAKE_PATIENCE`](crate::DEFAULT_WAKE_PATIENCE) (1 s); at least 1 ms, at most
     /// 30 days. Only the reentrant lock and the semaphore wake one client
     /// per unlock (the semaphore one per permit freed): the fair lock and
-    /// a waiting writer of the read-write lock look again every third of
+    /// the read-write lock's waits look again every third of
     /// [`fair_waiter_timeout`](Self::fair_waiter_timeout), and waiting
     /// readers are woken in every client.
     pub fn wake_patience(mut self, patience: Duration) -> Self {

@@ -42,7 +42,8 @@
 //!   up (timeout, dropped future) leaves the queue at once.
 //! - [`Client::rw_lock`]: a [`RwLock`], many readers or one writer, each
 //!   side a [`Lock`]. Each hold has its own lease; waiting writers hold
-//!   new readers back, and never a holder's lease.
+//!   new readers back, and never a holder's lease; the readers that waited
+//!   for a writer go in before the next one.
 //! - [`Client::semaphore`]: a [`Semaphore`] of N permits whose holds expire
 //!   ([`Permit`]); one server, Sentinel or Cluster only.
 //! - [`Client::multi_lock`]: a [`MultiLock`], several names taken together

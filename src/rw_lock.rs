@@ -24,6 +24,13 @@ use crate::lock::Lock;
 ///   [`fair_waiter_timeout`](crate::ClientBuilder::fair_waiter_timeout)
 ///   after the writer's last attempt; a waiting writer renews it every
 ///   third of that.
+/// - Nor are readers: a reader that waits marks the lock too (renewed the
+///   same way), and the release of a write hold lets every reader that
+///   waited for it in before the next writer, which goes in once they
+///   leave. Under contention readers and writers take turns, and neither
+///   side keeps the other out.
+/// - A wait that stops (given up, or its future dropped: then in the
+///   background) takes its mark back.
 /// - A write hold has a fencing token, strictly increasing across write
 ///   holds; a read hold's guard carries the last write token handed out,
 ///   so a read's token is never below a write's before it and every write
