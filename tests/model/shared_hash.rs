@@ -573,6 +573,10 @@ impl Server {
         h.asks.retain(|(o, _)| marks.iter().any(|m| m.0 == *o));
         s.ww = h.marks.iter().map(|&(_, d)| d).max().unwrap_or(0);
         h.readers_waiting.retain(|m| m.deadline > now);
+        // A reader owed its turn whose pass lapsed is owed nothing more (a
+        // later wait of the same owner leaves a new mark).
+        let still: Vec<Owner> = h.readers_waiting.iter().map(|m| m.owner).collect();
+        self.owed.retain(|o| still.contains(o));
         s.passes = h.readers_waiting.iter().filter(|m| m.pass).count() as u32;
         s.marks_end = h.readers_waiting.iter().map(|m| m.deadline).fold(s.ww, i32::max);
         if h.holds.iter().any(|x| x.deadline <= now && !x.field.is_reader()) {
@@ -1361,6 +1365,8 @@ impl Server {
         };
         let pass = h.readers_waiting.remove(at).pass;
         let passes = h.readers_waiting.iter().any(|m| m.pass);
+        self.owed.retain(|&r| r != o);
+        let Some(h) = self.hash() else { return Ok((true, none)) };
         if s.writer.is_some() || s.readers > 0 {
             return Ok((true, none));
         }
