@@ -85,7 +85,10 @@
 --                   on a free lock (no live holder left, the hash as
 --                   keep_marks left it): hands the write hold to a waiting
 --                   writer that left an ask beside its live mark (the
---                   first by field; none while a reader's pass stands),
+--                   one whose mark was renewed longest ago, so the one
+--                   waiting longest rather than one that just gave the
+--                   lock back and asked again; ties by field; none while a
+--                   reader's pass stands),
 --                   as its own attempt would have taken
 --                   it (next token of KEYS[counter], count 1), with
 --                   ':take' naming its record, a lease of the ask's ms cut
@@ -238,12 +241,13 @@ end
 
 local function hand_to_writer(s, now, counter, writers, how)
   if s.passes > 0 then return false end
-  local to, ask
+  local to, ask, since
   for k, v in pairs(s.f) do
     if string.sub(k, 1, 4) == ':wa:' then
       local w = string.sub(k, 5)
-      if s.f[':ww:' .. w] and (not to or w < to) then
-        to, ask = w, v
+      local d = tonumber(s.f[':ww:' .. w])
+      if d and (not to or d < since or (d == since and w < to)) then
+        to, ask, since = w, v, d
       end
     end
   end

@@ -1428,3 +1428,39 @@ async fn a_dropped_readers_pass_holds_no_writer_back() {
     })
     .await
 }
+
+/// Three writers taking turns each get turns: the release hands the lock
+/// to the waiting writer whose mark was renewed longest ago, not to the
+/// first by field (with which the two writers first by field handed the
+/// lock to each other and the third got 1 turn in 3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_writers_taking_turns_each_get_turns() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for _ in 0..3 {
+            let c = client(&server.url(), LONG).await;
+            let stop = stop.clone();
+            writers.push(tokio::spawn(async move {
+                let w = c.rw_lock("three").unwrap().write();
+                let mut turns = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let g = w.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    g.unlock().await.unwrap();
+                    turns += 1;
+                }
+                turns
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut turns = Vec::new();
+        for w in writers {
+            turns.push(w.await.unwrap());
+        }
+        assert!(turns.iter().all(|&t| t >= 10), "every writer gets turns: {turns:?}");
+    })
+    .await
+}

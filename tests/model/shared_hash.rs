@@ -70,6 +70,10 @@ pub struct Hash {
     pub token: Option<u64>,
     /// `:ww:<writer>`: waiting writers' marks, until their deadlines.
     pub marks: Vec<(Owner, i32)>,
+    /// The writers whose marks stand, in the order each was last set
+    /// (oldest first): marks set in one tick have one deadline here, and
+    /// the later one's is the later on the server, in ms.
+    pub renewed: Vec<Owner>,
     /// `:wa:<writer>`: the asks for a direct grant beside some of those
     /// marks (sorted; each goes with its mark).
     pub asks: Vec<(Owner, WriterAsk)>,
@@ -570,6 +574,7 @@ impl Server {
         let mut s = Snapshot::default();
         h.marks.retain(|&(_, d)| d > now);
         let marks = h.marks.clone();
+        h.renewed.retain(|o| marks.iter().any(|m| m.0 == *o));
         h.asks.retain(|(o, _)| marks.iter().any(|m| m.0 == *o));
         s.ww = h.marks.iter().map(|&(_, d)| d).max().unwrap_or(0);
         h.readers_waiting.retain(|m| m.deadline > now);
@@ -614,6 +619,7 @@ impl Server {
                 holds: Vec::new(),
                 token: None,
                 marks: Vec::new(),
+                renewed: Vec::new(),
                 asks: Vec::new(),
                 readers_waiting: Vec::new(),
                 take: None,
@@ -929,6 +935,8 @@ impl Server {
                         if let Some(h) = self.hash() {
                             h.marks.retain(|&(w, _)| w != o);
                             h.marks.push((o, mark));
+                            h.renewed.retain(|&w| w != o);
+                            h.renewed.push(o);
                             h.marks.sort();
                             h.asks.retain(|&(w, _)| w != o);
                             if let Some((ms, attempt)) = a.ask {
@@ -972,6 +980,7 @@ impl Server {
                         h.token = Some(token);
                         h.take = None;
                         h.marks.retain(|&(w, _)| w != o);
+                        h.renewed.retain(|&w| w != o);
                         h.asks.retain(|&(w, _)| w != o);
                     }
                     self.cover(&s, a.lease);
@@ -1166,6 +1175,7 @@ impl Server {
             // DEL, then keep_marks: the live marks written back with the
             // kind, the TTL to the latest.
             let marks = self.hash().map(|h| h.marks.clone()).unwrap_or_default();
+            let renewed = self.hash().map(|h| h.renewed.clone()).unwrap_or_default();
             let asks = self.hash().map(|h| h.asks.clone()).unwrap_or_default();
             let readers_waiting = self.hash().map(|h| h.readers_waiting.clone()).unwrap_or_default();
             self.name = if marks.is_empty() && readers_waiting.is_empty() {
@@ -1178,6 +1188,7 @@ impl Server {
                     holds: Vec::new(),
                     token: None,
                     marks,
+                    renewed,
                     asks,
                     readers_waiting,
                     take: None,
@@ -1216,11 +1227,17 @@ impl Server {
         if h.readers_waiting.iter().any(|m| m.pass) && defect != Some(Defect::WriterPassesReaders) {
             return None;
         }
-        let (o, ask) = h
+        // The asking writer whose mark was renewed longest ago (the one
+        // waiting longest): by deadline, then (one tick) by when it was set.
+        let (_, _, o, ask) = h
             .asks
             .iter()
-            .copied()
-            .find(|(o, _)| h.marks.iter().any(|m| m.0 == *o && m.1 > now))?;
+            .filter_map(|&(o, ask)| {
+                let mark = h.marks.iter().find(|m| m.0 == o && m.1 > now)?.1;
+                let order = h.renewed.iter().position(|&w| w == o).unwrap_or(0);
+                Some((mark, order, o, ask))
+            })
+            .min_by_key(|&(mark, order, o, _)| (mark, order, o))?;
         let mark = h.marks.iter().find(|m| m.0 == o).map(|m| m.1)?;
         let ms = if defect == Some(Defect::GrantOutlivesMark) {
             ask.ms
@@ -1231,6 +1248,7 @@ impl Server {
         let token = self.counter.next(defect == Some(Defect::CounterRestartsAtOne));
         let h = self.hash()?;
         h.marks.retain(|m| m.0 != o);
+        h.renewed.retain(|&w| w != o);
         h.asks.retain(|k| k.0 != o);
         h.holds.push(Holding {
             field: Field::Writer(o),
@@ -1300,6 +1318,7 @@ impl Server {
         let marked = h.marks.iter().any(|&(w, _)| w == o);
         if marked && (asked.is_empty() || ask.is_none_or(|q| asked.contains(&q))) {
             h.marks.retain(|&(w, _)| w != o);
+            h.renewed.retain(|&w| w != o);
             h.asks.retain(|&(w, _)| w != o);
         } else if !gave {
             return Ok((false, none));
