@@ -1703,3 +1703,61 @@ async fn a_redisson_client_never_takes_a_name_lockwarden_holds() {
     })
     .await
 }
+
+/// Neither side of the read-write lock keeps the other out, nor two
+/// writers a third, on every deployment and with either lease: three
+/// writers take turns in a loop while a reader asks three times (it gets
+/// in each time), and every writer gets turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_and_writers_take_turns_everywhere() {
+    for dep in DEPLOYMENTS {
+        bounded(BOUND, take_turns_on(dep)).await;
+    }
+}
+
+async fn take_turns_on(dep: Dep) {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let setup = Setup::start(dep);
+    let lease = Duration::from_secs(30);
+    for mode in leases(lease) {
+        let what = format!("{dep:?}, {mode:?}");
+        let name = "turns";
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for _ in 0..3 {
+            let c = quiet_client_of(&setup, lease).await;
+            let (stop, turns) = (stop.clone(), Arc::new(AtomicU32::new(0)));
+            let counted = turns.clone();
+            let task = tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let held = take(&c, K::Write, name, Duration::from_secs(20), mode).await.unwrap();
+                    let held = held.expect("a writer gets in");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    held.release().await.unwrap();
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            writers.push((task, turns));
+        }
+        let reader = quiet_client_of(&setup, lease).await;
+        for _ in 0..3 {
+            let held = take(&reader, K::Read, name, Duration::from_secs(5), mode)
+                .await
+                .unwrap();
+            let held = held.unwrap_or_else(|| panic!("{what}: the reader is kept out by the writers"));
+            held.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut turns = Vec::new();
+        for (task, n) in writers {
+            task.await.unwrap();
+            turns.push(n.load(Ordering::Relaxed));
+        }
+        assert!(
+            turns.iter().all(|&t| t >= 5),
+            "{what}: every writer gets turns: {turns:?}"
+        );
+    }
+}
