@@ -200,18 +200,23 @@ local function keep_marks(s, now)
 end
 
 local function give_passes(s)
-  local marked = {}
+  local marks, passes = {}, {}
   for k, v in pairs(s.f) do
-    if string.sub(k, 1, 4) == ':wr:' then marked[#marked + 1] = {string.sub(k, 5), v} end
+    if string.sub(k, 1, 4) == ':wr:' then
+      marks[#marks + 1] = k
+      passes[#passes + 1] = ':rp:' .. string.sub(k, 5)
+      passes[#passes + 1] = v
+    end
   end
+  if #marks == 0 then return end
+  redis.call('HDEL', KEYS[1], unpack(marks))
+  redis.call('HSET', KEYS[1], unpack(passes))
   -- (s.f gains its new keys after the walk: see snapshot.)
-  for _, m in ipairs(marked) do
-    redis.call('HDEL', KEYS[1], ':wr:' .. m[1])
-    redis.call('HSET', KEYS[1], ':rp:' .. m[1], m[2])
-    s.f[':wr:' .. m[1]] = nil
-    s.f[':rp:' .. m[1]] = m[2]
-    s.passes = s.passes + 1
+  for i, k in ipairs(marks) do
+    s.f[k] = nil
+    s.f[passes[2 * i - 1]] = passes[2 * i]
   end
+  s.passes = s.passes + #marks
 end
 
 local function cover(s, ms)

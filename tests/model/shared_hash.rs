@@ -272,6 +272,14 @@ impl Sides {
     /// lock is `free` and no reader has a pass, the readers unless a
     /// writer's mark (the latest deadline `ww`) holds new readers back at
     /// `now` and no reader has a pass.
+    /// A direct grant to a waiting writer, and no other message.
+    fn handed(handed: Handed) -> Sides {
+        Sides {
+            handed: Some(handed),
+            ..Sides::default()
+        }
+    }
+
     fn told(free: bool, ww: i32, now: i32, passes: bool) -> Sides {
         Sides {
             readers: ww <= now || passes,
@@ -1202,10 +1210,7 @@ impl Server {
         }
         if free && r.grants {
             if let Some(handed) = self.hand_to_writer(defect) {
-                let told = Sides {
-                    handed: Some(handed),
-                    ..none
-                };
+                let told = Sides::handed(handed);
                 return (ReleaseReply::Left(0), told);
             }
         }
@@ -1331,13 +1336,7 @@ impl Server {
         }
         if s.readers == 0 && others && grants {
             if let Some(handed) = self.hand_to_writer(defect) {
-                return Ok((
-                    true,
-                    Sides {
-                        handed: Some(handed),
-                        ..none
-                    },
-                ));
+                return Ok((true, Sides::handed(handed)));
             }
         }
         if s.readers == 0 && !others && !readers_wait {
@@ -1396,13 +1395,7 @@ impl Server {
         if pass && !passes {
             if grants {
                 if let Some(handed) = self.hand_to_writer(defect) {
-                    return Ok((
-                        true,
-                        Sides {
-                            handed: Some(handed),
-                            ..none
-                        },
-                    ));
+                    return Ok((true, Sides::handed(handed)));
                 }
             }
             if listened {
