@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::runtime::Backoff;
@@ -18,9 +18,19 @@ use crate::watchdog::LossReason;
 ///   sorted), each without waiting. When one is held by someone else, the
 ///   ones taken so far are given back at once, the call waits for that one
 ///   lock alone (woken by its unlock, as a plain `lock()` waits), and then
-///   tries the rest again. It never waits while holding another of the
-///   locks, so two callers naming the same locks in any orders cannot
-///   deadlock.
+///   tries the rest again.
+/// - Refused again after that wait (others keep taking the names), the
+///   call keeps the locks before the refused one in the fixed order,
+///   gives back the ones after it, and waits for it while holding them, so
+///   it is not kept out by others taking the names one at a time. It waits
+///   so for at most a second (half a fixed lease, if less) a round, then
+///   gives everything back and starts again: a task that holds a later
+///   name and then asks for an earlier one is kept waiting no longer.
+///   Since every call waits only for a lock after all those it holds, two
+///   multi-locks naming the same locks in any orders cannot deadlock.
+/// - With a fixed lease, the locks held across such a wait get the lease
+///   again once all are held: every lock's lease runs from when the call
+///   returns.
 /// - Each lock is a plain reentrant lock with its own key (names may live
 ///   in different cluster slots), its own watchdog renewal or fixed lease,
 ///   and its own fencing token ([`MultiGuard::tokens`]).
@@ -78,7 +88,7 @@ impl MultiLock {
     pub async fn lock(&self) -> Result<MultiGuard> {
         match self.take(None, Lease::Watchdog).await? {
             Some(g) => Ok(g),
-            None => Err(crate::error::Error::Config(
+            None => Err(Error::Config(
                 "an unbounded wait ended without the locks (a lockwarden bug)".into(),
             )),
         }
@@ -115,6 +125,12 @@ impl MultiLock {
         let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
         // Per lock, in order: its guard once held.
         let mut held: Vec<Option<LockGuard>> = (0..self.locks.len()).map(|_| None).collect();
+        // Set once a wait has ended with its lock: from then on, a refusal
+        // is waited out holding the locks before the refused one.
+        let mut lost_a_race = false;
+        // Whether a lock was held across a wait (a fixed lease then ticked
+        // on it while waiting: set again once all are held).
+        let mut held_across_wait = false;
         'attempt: loop {
             let mut blocked = None;
             for (i, lock) in self.locks.iter().enumerate() {
@@ -144,29 +160,87 @@ impl MultiLock {
             failing_since = None;
             backoff.reset();
             let Some(i) = blocked else {
-                let guards = held.into_iter().flatten().collect();
+                let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
+                if let (Lease::Fixed(l), true) = (lease, held_across_wait) {
+                    // Every lock's lease runs from now, as asked; one lost
+                    // meanwhile sends the call round again.
+                    let extended = futures::future::join_all(guards.iter().map(|g| g.extend(l))).await;
+                    if let Some(e) = extended.into_iter().find_map(Result::err) {
+                        held = guards.into_iter().map(Some).collect();
+                        give_back(&mut held).await;
+                        if !e.is_retryable() && !matches!(e, Error::NotHeld { .. }) {
+                            return Err(e);
+                        }
+                        tracing::debug!(error = %e, "setting a multi-lock's leases failed; trying again");
+                        held_across_wait = false;
+                        continue 'attempt;
+                    }
+                }
                 return Ok(Some(MultiGuard { guards }));
             };
-            // Nothing is held while waiting: no caller waits on another
-            // while it holds one of its locks.
-            give_back(&mut held).await;
-            let got = match deadline {
+            // Until the call has lost a race, nothing is held while it waits;
+            // after, it keeps the locks before the refused one (the fixed
+            // order: a caller waits only for a lock after every one it
+            // holds, so no two callers wait for each other) and gives back
+            // the ones after it.
+            let keep = if lost_a_race { i } else { 0 };
+            give_back(&mut held[keep..]).await;
+            let holding = held[..keep].iter().any(Option::is_some);
+            let remaining = match deadline {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
+                        give_back(&mut held).await;
                         return Ok(None);
                     }
-                    self.locks[i].try_lock(d - now, lease).await?
+                    Some(d - now)
                 }
-                None => Some(self.locks[i].lock_with_lease(lease).await?),
+                None => None,
+            };
+            // A wait while holding is bounded, so a caller that takes these
+            // names in another order (a plain lock held, then another
+            // asked) is never kept waiting on this one for long; a fixed
+            // lease keeps half of itself for after the wait.
+            let bound = if holding {
+                let round = match lease {
+                    Lease::Fixed(l) => HOLDING_WAIT.min(l / 2),
+                    Lease::Watchdog => HOLDING_WAIT,
+                };
+                Some(remaining.map_or(round, |r| r.min(round)))
+            } else {
+                remaining
+            };
+            held_across_wait |= holding;
+            let got = match bound {
+                Some(b) => self.locks[i].try_lock(b, lease).await,
+                None => self.locks[i].lock_with_lease(lease).await.map(Some),
             };
             match got {
-                Some(g) => held[i] = Some(g),
-                None => return Ok(None),
+                Ok(Some(g)) => {
+                    held[i] = Some(g);
+                    lost_a_race = true;
+                }
+                Ok(None) if holding && deadline.is_none_or(|d| Instant::now() < d) => {
+                    // The round is over: give everything back and start again.
+                    give_back(&mut held).await;
+                    held_across_wait = false;
+                }
+                Ok(None) => {
+                    give_back(&mut held).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    give_back(&mut held).await;
+                    return Err(e);
+                }
             }
         }
     }
 }
+
+/// The longest a call waits for one lock while holding others of its
+/// locks; then it gives them back and starts again.
+const HOLDING_WAIT: Duration = Duration::from_secs(1);
 
 /// The first pause before a failed attempt is tried again; it doubles up
 /// to [`RETRY_MAX`] (as `Lock::try_lock`'s retries).

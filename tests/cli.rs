@@ -1582,3 +1582,43 @@ fn a_shared_run_that_waited_goes_before_the_next_exclusive_run() {
     assert_eq!(order.split_whitespace().collect::<Vec<_>>(), ["A", "R", "B"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run naming several locks gets in while other processes take each
+/// name on its own in a loop (two tasks per name, 5 ms holds): before
+/// 2026-11-28 the multi-lock under it was refused for as long as they went
+/// on, and such a run timed out (exit 75).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_naming_several_locks_gets_in_among_others_taking_turns() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let server = RedisServer::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let turns = Arc::new(AtomicU32::new(0));
+    let mut loops = Vec::new();
+    for name in ["acct:a", "acct:a", "acct:b", "acct:b"] {
+        let c = lockwarden::Client::connect(&server.url()).await.unwrap();
+        let (stop, turns) = (stop.clone(), turns.clone());
+        loops.push(tokio::spawn(async move {
+            let l = c.lock(name).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let g = l.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.unlock().await.unwrap();
+                turns.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    assert!(eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 40).await);
+    for _ in 0..3 {
+        let mut c = cli(&server);
+        c.args(["run", "acct:a", "acct:b", "--wait", "5s", "--", "true"]);
+        let o = tokio::task::spawn_blocking(move || run(c, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert_eq!(code(&o), 0, "the run gets both names: {}", stderr(&o));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        l.await.unwrap();
+    }
+}

@@ -946,6 +946,74 @@ async fn renewals_never_shorten_an_extended_hold() {
     .await
 }
 
+/// No waiter of any kind is kept out by others taking turns: two tasks
+/// (each with its own client) take the name in a loop, 5 ms holds, asking
+/// again as soon as they let go, while a third asks three times (5 s
+/// each) and gets in every time; the others keep their turns. The tasks
+/// take the side that excludes the waiter (writers for a reader), and for
+/// a multi-lock each of its names on its own (two tasks per name).
+async fn a_waiter_is_never_kept_out_by_others_taking_turns(k: K) {
+    for dep in DEPLOYMENTS {
+        if !k.refused_on(dep) {
+            bounded(BOUND, waiter_among_turns_on(k, dep)).await;
+        }
+    }
+}
+
+async fn waiter_among_turns_on(k: K, dep: Dep) {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let setup = Setup::start(dep);
+    let lease = Duration::from_secs(30);
+    let name = "turns";
+    // Who takes turns, and on which name.
+    let loops: Vec<(K, String)> = match k {
+        K::Multi => [name.to_string(), name.to_string(), second(name), second(name)]
+            .into_iter()
+            .map(|n| (K::Reentrant, n))
+            .collect(),
+        _ => vec![(k.rival(), name.to_string()); 2],
+    };
+    for mode in leases(lease) {
+        let what = format!("{k:?} on {dep:?}, {mode:?}");
+        let stop = Arc::new(AtomicBool::new(false));
+        let turns = Arc::new(AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for (kind, n) in loops.clone() {
+            let c = quiet_client_of(&setup, lease).await;
+            let (stop, turns) = (stop.clone(), turns.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let held = take(&c, kind, &n, Duration::from_secs(20), mode).await.unwrap();
+                    let held = held.expect("a task taking turns gets in");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    held.release().await.unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        assert!(
+            eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 20).await,
+            "{what}: the others take turns"
+        );
+        let waiter = quiet_client_of(&setup, lease).await;
+        for _ in 0..3 {
+            let held = take(&waiter, k, name, Duration::from_secs(5), mode).await.unwrap();
+            let held = held.unwrap_or_else(|| panic!("{what}: the waiter is kept out by the others' turns"));
+            held.release().await.unwrap();
+        }
+        let before = turns.load(Ordering::Relaxed);
+        assert!(
+            eventually(Duration::from_secs(5), || turns.load(Ordering::Relaxed) >= before + 10).await,
+            "{what}: the others go on taking turns"
+        );
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}
+
 macro_rules! every_kind {
     ($($check:ident),* $(,)?) => {$(
         mod $check {
@@ -986,6 +1054,33 @@ every_kind!(
     lost_data_tells_the_holder_and_tokens_never_go_back,
     killed_connections_keep_the_hold,
 );
+
+/// The rows for lockwarden's own kinds only. Redisson's layouts keep
+/// Redisson's rules: an unlock wakes waiters, who then try, so a waiter
+/// can be kept out by others taking turns (README, "Redisson's layouts").
+macro_rules! own_kinds {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            use super::K;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn reentrant() { super::$check(K::Reentrant).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair() { super::$check(K::Fair).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn read() { super::$check(K::Read).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn write() { super::$check(K::Write).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn permit() { super::$check(K::Permit).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair_permit() { super::$check(K::FairPermit).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn multi() { super::$check(K::Multi).await }
+        }
+    )*};
+}
+
+own_kinds!(a_waiter_is_never_kept_out_by_others_taking_turns);
 
 /// One name is one kind: while one kind holds a name, every other kind's
 /// attempt is a typed error that names the kind found, and changes nothing

@@ -4,7 +4,7 @@
 #[macro_use]
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -303,6 +303,145 @@ async fn a_blip_during_the_wait_is_retried_within_it() {
             .expect("a pause shorter than the wait is retried, not an error")
             .expect("both locks are free once the server answers");
         assert_eq!(g.guards().len(), 2);
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// Two tasks taking turns on each name (5 ms holds, asking again at once):
+/// a multi-lock over both names still gets in, every time it asks. Before
+/// 2026-11-28 it gave back what it held whenever another name was taken,
+/// and both names were seldom free at once: refused for the whole 5 s of
+/// each wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_gets_in_among_tasks_taking_turns_on_each_name() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let stop = Arc::new(AtomicBool::new(false));
+        let turns = Arc::new(AtomicU64::new(0));
+        let mut loops = Vec::new();
+        for name in ["ta", "ta", "tb", "tb"] {
+            let c = client(&server.url(), LONG).await;
+            let (stop, turns) = (stop.clone(), turns.clone());
+            loops.push(tokio::spawn(async move {
+                let l = c.lock(name).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let g = l.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    g.unlock().await.unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        assert!(eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 40).await);
+        let c = client(&server.url(), LONG).await;
+        let m = c.multi_lock(&["ta", "tb"]).unwrap();
+        for _ in 0..3 {
+            let before = turns.load(Ordering::Relaxed);
+            let g = m
+                .try_lock(Duration::from_secs(5), LONG)
+                .await
+                .unwrap()
+                .expect("the multi-lock gets in between the others' turns");
+            assert_eq!(g.guards().len(), 2);
+            g.unlock().await.unwrap();
+            assert!(turns.load(Ordering::Relaxed) >= before);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for l in loops {
+            l.await.unwrap();
+        }
+        assert!(turns.load(Ordering::Relaxed) > 40, "the others kept their turns");
+    })
+    .await
+}
+
+/// Starts a multi-lock over `hx` and `hy` that has lost a race: it waited
+/// for `hx` (held by `a`), got it when `a` let go, and found `hy` held (by
+/// the returned guard). Returns the waiting call.
+async fn a_call_holding_hx_waiting_for_hy(
+    server: &RedisServer,
+    lease: lockwarden::Lease,
+) -> (
+    lockwarden::LockGuard,
+    tokio::task::JoinHandle<lockwarden::Result<Option<lockwarden::MultiGuard>>>,
+) {
+    let a = client(&server.url(), LONG).await;
+    let b = client(&server.url(), LONG).await;
+    let c = client(&server.url(), LONG).await;
+    let hx = a.lock("hx").unwrap().lock().await.unwrap();
+    let hy = b.lock("hy").unwrap().lock().await.unwrap();
+    let m = c.multi_lock(&["hx", "hy"]).unwrap();
+    let call = tokio::spawn(async move { m.try_lock(Duration::from_secs(30), lease).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.cmd(&["EXISTS", "hx"]).as_int(), Some(1));
+    hx.unlock().await.unwrap();
+    // It takes hx and keeps it while it waits for hy.
+    assert!(
+        eventually(Duration::from_secs(5), || server.cmd(&["EXISTS", "hx"]).as_int()
+            == Some(1))
+        .await,
+        "hx taken by the call"
+    );
+    (hy, call)
+}
+
+/// Once a multi-lock has lost a race, it waits for the refused name while
+/// holding the names before it; a task that holds the later name and then
+/// asks for the earlier one (the other order) is kept waiting only for a
+/// round (about a second), not for ever: the call gives its names back
+/// and starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_taking_the_names_in_the_other_order_is_kept_waiting_only_a_round() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let (hy, call) = a_call_holding_hx_waiting_for_hy(&server, lockwarden::Lease::Watchdog).await;
+        let b = client(&server.url(), LONG).await;
+        let asked = Instant::now();
+        let hx = b
+            .lock("hx")
+            .unwrap()
+            .try_lock(Duration::from_secs(10), LONG)
+            .await
+            .unwrap()
+            .expect("hx given back within a round");
+        assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+        assert!(!call.is_finished(), "the call waits on");
+        hx.unlock().await.unwrap();
+        hy.unlock().await.unwrap();
+        let g = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call gets both")
+            .unwrap()
+            .unwrap()
+            .expect("both free");
+        assert_eq!(g.guards().len(), 2);
+        g.unlock().await.unwrap();
+    })
+    .await
+}
+
+/// With a fixed lease, a name held while the call waited for another gets
+/// its lease again once all are held: every name's lease runs from when
+/// the call returns, as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_runs_from_when_all_are_held() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let lease = Duration::from_secs(10);
+        let (hy, call) = a_call_holding_hx_waiting_for_hy(&server, lease.into()).await;
+        // Within the call's round (a second): hx is held all that while.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        hy.unlock().await.unwrap();
+        let g = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call gets both")
+            .unwrap()
+            .unwrap()
+            .expect("both free");
+        let ttl = server.cmd(&["PTTL", "hx"]).as_int().unwrap();
+        assert!(ttl > 9_500, "hx's lease set again: {ttl} ms left of 10 s");
+        assert!(g.validity() > Duration::from_secs(9), "{:?}", g.validity());
         g.unlock().await.unwrap();
     })
     .await
