@@ -31,6 +31,10 @@
 --          wait; left out when it does not ask for one
 -- ARGV[9]  with ARGV[8]: the waiter's number for this attempt, kept in
 --          the ask and named back by a grant's message
+-- ARGV[10] with ARGV[7]: the claim's length in ms (the client's waiter
+--          timeout; see the claim below); left out, the wait makes no
+--          claim. A wait that leaves no ask gives ARGV[8] and ARGV[9] as
+--          empty strings before it.
 -- KEYS[3]  the semaphore's waiters list: ids of clients whose waits sleep
 --          until a release wakes them (with ARGV[5] not "0")
 -- KEYS[4]  the waiters' grant asks (hash: client id -> "<ms> <request id>
@@ -46,6 +50,20 @@
 -- its lease to ARGV[4] (never shortening). A refusal with other waits of
 -- the client ("2", "4") takes the client's ask back (the message could
 -- reach another wait), and so does a grant.
+--
+-- The claim (':claim' in KEYS[1], "<client id> <permits> <deadline>"): a
+-- refused caller that is its client's only wait ("1" or "3") and whose
+-- client is at the front of KEYS[3] claims the permits it asks for, while holders are there
+-- to free them and no other client's claim stands. While the claim stands
+-- (to its deadline, ARGV[10] after the claimant's latest refusal: its
+-- attempts renew it), another client's acquisition is granted only if the
+-- claim still fits beside it, and a release hands permits to others only
+-- so far (hand_out, shared_permits.lua): permits freed one at a time
+-- gather for the claimant instead of going to whoever asks first, so an
+-- acquisition of several permits is not kept out by acquisitions of one.
+-- A grant to the claimant's client ends the claim, and so does its leave
+-- (sem_leave.lua); a claimant that died holds the others back to the
+-- claim's deadline at most.
 --
 -- Returns
 --   {1, 0, 1}      granted (or granted already: a re-send of the request
@@ -81,6 +99,8 @@ if stored then
 end
 local s, refusal = snapshot(now, 'semaphore')
 if not s then return refusal end
+-- The caller leaves an ask (direct grants).
+local asks = KEYS[4] and ARGV[8] and ARGV[8] ~= ''
 
 -- The refusal: ms until permits may come back. A listening caller's
 -- client is listed (listen, shared_listen.lua), at the front when a
@@ -89,8 +109,12 @@ if not s then return refusal end
 local function refuse(ms)
   if waiting == '0' or not KEYS[3] then return {0, ms} end
   local place = listen(3, ARGV[7], ms, waiting == '3' or waiting == '4')
+  local alone = waiting == '1' or waiting == '3'
+  if alone and place == 0 and ARGV[10] and s.readers > 0 and not claimed_by_other(s, now, ARGV[7]) then
+    redis.call('HSET', KEYS[1], ':claim', table.concat({ARGV[7], ARGV[2], string.format('%d', now + tonumber(ARGV[10]))}, ' '))
+  end
   if KEYS[4] and place then
-    if ARGV[8] and (waiting == '1' or waiting == '3') then
+    if asks and alone then
       local ask = table.concat({ARGV[8], ARGV[6], ARGV[9] or '0', ARGV[2], me}, ' ')
       local n = redis.pcall('HSET', KEYS[4], ARGV[7], ask)
       -- Never shortened: other clients' asks live in the same hash.
@@ -109,7 +133,7 @@ if s.f[me] then
   if s.f[':q:' .. me] == ARGV[6] then
     -- A re-send of the request that got the grant, or a direct grant to
     -- this wait (found by its next attempt): its lease.
-    if ARGV[8] then
+    if asks then
       local deadline = math.max(tonumber(s.f[':' .. me]), now + lease)
       redis.call('HSET', KEYS[1], ':' .. me, string.format('%d', deadline))
       redis.call('PEXPIRE', KEYS[1], lease, 'GT')
@@ -134,7 +158,16 @@ if used + take > total then
   -- (sem_permits.lua).
   return refuse(s.soonest or 1)
 end
+local who, need, till = claim_of(s, now)
+if who and who ~= ARGV[7] and used > 0 and used + take + need > total then
+  -- Another client's claim does not fit beside this take: refused until
+  -- the claim is served or lapses. (With no holder left, no release is to
+  -- serve the claim: the claimant's own attempt takes the permits, or a
+  -- grant to another fits.)
+  return refuse(math.min(s.soonest or 1, till - now))
+end
 redis.call('HSET', KEYS[1], me, take, ':' .. me, string.format('%d', now + lease), ':q:' .. me, ARGV[6], ':kind', 'semaphore')
+if who and who == ARGV[7] then redis.call('HDEL', KEYS[1], ':claim') end
 cover(s, lease)
 -- Only after the grant's first write (see acquire.lua).
 if waiting == '2' or waiting == '4' then

@@ -34,6 +34,11 @@ if ARGV[7] then
   if s.f[ARGV[8]] and s.f[':q:' .. ARGV[8]] == ARGV[7] then
     give_back(s, ARGV[8])
   end
+  -- Its client's claim goes with the wait (its permits to the others).
+  if claim_of(s, now) == ARGV[9] then
+    redis.call('HDEL', KEYS[1], ':claim')
+    s.f[':claim'] = nil
+  end
 end
 local total = permits_in_force(ARGV[4])
 if total then

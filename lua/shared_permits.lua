@@ -32,11 +32,20 @@ local function hand_out(s, now, publish, msg, total, prefix, rec_prefix)
     end
   end
   local free = total - used
-  local function give(_, ask)
+  -- A standing claim keeps its permits for its client.
+  local claimant, need = claim_of(s, now)
+  need = need or 0
+  local function give(client, ask)
     local ms, req, n, take, id = string.match(ask, '^(%d+) (%S+) (%d+) (%d+) (%S+)$')
     if not ms then return nil end
     take = tonumber(take)
-    if take > free or s.f[id] then return nil end
+    local kept = (claimant and client ~= claimant) and need or 0
+    if take > free - kept or s.f[id] then return nil end
+    if client == claimant then
+      -- Served: the claim ends.
+      redis.call('HDEL', KEYS[1], ':claim')
+      claimant, need = nil, 0
+    end
     redis.call('HSET', KEYS[1], id, take, ':' .. id, string.format('%d', now + tonumber(ms)), ':q:' .. id, req, ':kind', 'semaphore')
     if holders == 0 then
       redis.call('PEXPIRE', KEYS[1], ms)
@@ -56,7 +65,8 @@ local function hand_out(s, now, publish, msg, total, prefix, rec_prefix)
   end
   local grant = KEYS[4] and {a = 4, give = give}
   for _ = 1, 16 do
-    if free <= 0 then return end
+    -- Nobody to serve: nothing free, or less than a standing claim needs.
+    if free <= 0 or free < need then return end
     local before = free
     if not wake_next(3, prefix, publish, msg, grant) then return end
     -- A plain wake-up counts for one permit.

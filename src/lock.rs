@@ -550,7 +550,10 @@ impl Lock {
                     .wake_channel
                     .get_or_init(|| crate::keys::joined(&[&self.keys.wake_prefix, &self.inner.uuid]).into());
                 let will_wait = wait != Some(Duration::ZERO);
-                let policy = WakeOne::new(t, channel, &pin.owner.field, will_wait, lease);
+                let mut policy = WakeOne::new(t, channel, &pin.owner.field, will_wait, lease);
+                if matches!(self.kind, Kind::Permits { .. }) {
+                    policy = policy.renewing_claims();
+                }
                 crate::wait::wait(t, &pin, lease, deadline, policy).await
             }
             Kind::Fair | Kind::FairPermits { .. } | Kind::RedissonFair => {

@@ -243,6 +243,9 @@ pub(crate) struct WakeOne {
     /// attempt was made for one.
     woken: bool,
     woken_now: bool,
+    /// A semaphore's wait: at the front of the line it holds a claim,
+    /// which its attempts keep alive.
+    claims: bool,
 }
 
 impl WakeOne {
@@ -267,7 +270,14 @@ impl WakeOne {
             failed: false,
             woken: false,
             woken_now: false,
+            claims: false,
         }
+    }
+
+    /// A semaphore's wait (see [`WakeOne::pause`]).
+    pub(crate) fn renewing_claims(mut self) -> WakeOne {
+        self.claims = true;
+        self
     }
 
     fn asked(&self) -> bool {
@@ -355,9 +365,14 @@ impl Policy for WakeOne {
     /// A listed client also looks again on its own, the client's wake
     /// patience per place from the front of the line (see
     /// `ClientBuilder::wake_patience`): an unlock wakes one client, which
-    /// may be unable to act on it.
+    /// may be unable to act on it. A semaphore's waiter at the front looks
+    /// at least every third of the waiter timeout: it holds a claim of that
+    /// length there, which its attempts renew (`lua/sem_acquire.lua`).
     fn pause(&mut self, refusal: &Refusal, bound: Duration) -> Duration {
         match refusal.place {
+            Some(0) if self.claims => bound
+                .min(patience_at(self.core.settings.wake_patience, 0))
+                .min(self.core.settings.waiter_timeout / 3),
             Some(place) => bound.min(patience_at(self.core.settings.wake_patience, place)),
             None => bound,
         }

@@ -1055,6 +1055,61 @@ every_kind!(
     killed_connections_keep_the_hold,
 );
 
+/// An acquisition of several permits is not kept out by acquisitions of
+/// one taking turns (three tasks, 5 ms holds, one permit each of three),
+/// on every deployment the semaphore runs on and with either lease: it
+/// asks for two, then three, and gets them each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_permits_are_not_kept_out_by_single_ones_everywhere() {
+    for dep in DEPLOYMENTS {
+        if !K::Permit.refused_on(dep) {
+            bounded(BOUND, several_permits_on(dep)).await;
+        }
+    }
+}
+
+async fn several_permits_on(dep: Dep) {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let setup = Setup::start(dep);
+    let lease = Duration::from_secs(30);
+    for mode in leases(lease) {
+        let what = format!("{dep:?}, {mode:?}");
+        let stop = Arc::new(AtomicBool::new(false));
+        let turns = Arc::new(AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let c = quiet_client_of(&setup, lease).await;
+            let (stop, turns) = (stop.clone(), turns.clone());
+            tasks.push(tokio::spawn(async move {
+                let s = c.semaphore("several", 3).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let p = s.try_acquire(Duration::from_secs(20), mode).await.unwrap();
+                    let p = p.expect("a task taking turns gets a permit");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    p.release().await.unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        assert!(
+            eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 20).await,
+            "{what}: the others take turns"
+        );
+        let waiter = quiet_client_of(&setup, lease).await;
+        let s = waiter.semaphore("several", 3).unwrap();
+        for n in [2, 3] {
+            let p = s.try_acquire_many(n, Duration::from_secs(5), mode).await.unwrap();
+            let p = p.unwrap_or_else(|| panic!("{what}: {n} permits kept out by the single ones"));
+            p.release().await.unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}
+
 /// The rows for lockwarden's own kinds only. Redisson's layouts keep
 /// Redisson's rules: an unlock wakes waiters, who then try, so a waiter
 /// can be kept out by others taking turns (README, "Redisson's layouts").

@@ -45,12 +45,14 @@ const RW_LEAVE: &str = concat!(
 const SEM_ACQUIRE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_claim.lua"),
     include_str!("../lua/shared_listen.lua"),
     include_str!("../lua/sem_acquire.lua")
 );
 const SEM_RELEASE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_claim.lua"),
     include_str!("../lua/shared_wake.lua"),
     include_str!("../lua/shared_permits.lua"),
     include_str!("../lua/sem_release.lua")
@@ -64,6 +66,7 @@ const FORCE_UNLOCK: &str = concat!(
 const SEM_LEAVE: &str = concat!(
     include_str!("../lua/shared.lua"),
     include_str!("../lua/shared_rw.lua"),
+    include_str!("../lua/shared_claim.lua"),
     include_str!("../lua/shared_wake.lua"),
     include_str!("../lua/shared_permits.lua"),
     include_str!("../lua/sem_leave.lua")
@@ -93,6 +96,8 @@ const CLIENTS: u8 = 3;
 const PERMIT_IDS: u8 = 3;
 /// A direct grant's first lease.
 const GRANT: i32 = 20_000;
+/// A semaphore claim's length (a waiter timeout).
+const CLAIM: i32 = 30_000;
 /// How long past the time a refusal gives the list and the asks live.
 const PAST_MS: i32 = 1000;
 
@@ -166,6 +171,7 @@ enum Step {
         mode: u8,
         ask: bool,
         attempt: u32,
+        claim: bool,
     },
     /// A release of permit id `n` of `client`, or (`held`) of the
     /// `client * 3 + n`-th permit id the model has holding, when any;
@@ -293,8 +299,9 @@ fn sem_acquire() -> impl Strategy<Value = Step> {
         sem_mode(),
         prop::bool::weighted(0.8),
         0..3u32,
+        prop::bool::weighted(0.8),
     )
-        .prop_map(|(client, n, take, which, mode, ask, attempt)| Step::SemAcquire {
+        .prop_map(|(client, n, take, which, mode, ask, attempt, claim)| Step::SemAcquire {
             client,
             n,
             take,
@@ -302,6 +309,7 @@ fn sem_acquire() -> impl Strategy<Value = Step> {
             mode,
             ask,
             attempt,
+            claim,
         })
 }
 
@@ -601,6 +609,7 @@ impl Run<'_> {
                 mode,
                 ask,
                 attempt,
+                claim,
             } => {
                 let p = permit(c, n);
                 let field = Field::Permit(p);
@@ -621,6 +630,7 @@ impl Run<'_> {
                     mode,
                     req,
                     ask,
+                    claim: (claim && mode != Mode::Try).then_some(CLAIM),
                 };
                 let want = self.model.sem_acquire(a, None);
                 let name = field_name(field);
@@ -632,7 +642,7 @@ impl Run<'_> {
                     client(c),
                 );
                 let mut args = vec!["EVAL", SEM_ACQUIRE, "2", LOCK, NUMBER];
-                let (grant, n) = (GRANT.to_string(), attempt.to_string());
+                let (grant, n, claim_ms) = (GRANT.to_string(), attempt.to_string(), CLAIM.to_string());
                 if mode != Mode::Try {
                     args.push(WAITERS);
                     if ask.is_some() {
@@ -645,6 +655,11 @@ impl Run<'_> {
                     args.push(&id);
                     if ask.is_some() {
                         args.extend([&*grant, &n]);
+                    } else if claim {
+                        args.extend(["", ""]);
+                    }
+                    if claim {
+                        args.push(&claim_ms);
                     }
                 }
                 let got = self.redis.cmd(&args);
@@ -1062,6 +1077,12 @@ impl Run<'_> {
                 }
                 if let Some(q) = h.take {
                     want.insert(":take".into(), record(q));
+                }
+                if let Some(c) = h.claim {
+                    let r = real.remove(":claim").unwrap_or_default();
+                    let (head, till) = r.rsplit_once(' ').unwrap_or_default();
+                    prop_assert_eq!(head, format!("{} {}", client(c.client), c.need), "the claim");
+                    self.check_time("the claim's deadline", till, c.till, now_ms)?;
                 }
                 prop_assert_eq!(real, want, "the hash's other fields");
                 check_ttl(self.redis, LOCK, h.expires - self.model.now)?;

@@ -298,6 +298,7 @@ async fn a_replayed_acquire_or_release_applies_once() {
     bounded(BOUND, async {
         let server = RedisServer::start();
         let shared = include_str!("../lua/shared.lua").to_string() + include_str!("../lua/shared_rw.lua");
+        let shared = shared + include_str!("../lua/shared_claim.lua");
         let acquire =
             shared.clone() + include_str!("../lua/shared_listen.lua") + include_str!("../lua/sem_acquire.lua");
         let release = shared
@@ -978,4 +979,158 @@ async fn a_claimed_grant_releases_only_the_hold_its_request_was_granted() {
         }
     })
     .await;
+}
+
+/// Six tasks taking one permit of four in a loop (5 ms holds, asking again
+/// at once): an acquisition of two, three or four permits still gets in,
+/// each time it asks. Before 2026-11-28 every permit freed went to whoever
+/// asked first, the loops took them one at a time, and such an acquisition
+/// was refused for the whole of its 5 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_of_several_permits_gets_in_among_acquisitions_of_one() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let turns = Arc::new(AtomicUsize::new(0));
+        let mut loops = Vec::new();
+        for _ in 0..6 {
+            let c = client(&server.url(), LONG).await;
+            let (stop, turns) = (stop.clone(), turns.clone());
+            loops.push(tokio::spawn(async move {
+                let s = c.semaphore("several", 4).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let p = s.acquire().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    p.release().await.unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        assert!(eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 40).await);
+        let c = client(&server.url(), LONG).await;
+        let s = c.semaphore("several", 4).unwrap();
+        for n in [2, 3, 4, 4] {
+            let p = s
+                .try_acquire_many(n, Duration::from_secs(5), LONG)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{n} permits among the loops"));
+            p.release().await.unwrap();
+        }
+        let before = turns.load(Ordering::Relaxed);
+        assert!(
+            eventually(Duration::from_secs(5), || turns.load(Ordering::Relaxed) >= before + 20).await,
+            "the loops go on"
+        );
+        stop.store(true, Ordering::Relaxed);
+        for l in loops {
+            l.await.unwrap();
+        }
+    })
+    .await
+}
+
+/// The client at the front of the line claims the permits its wait asks
+/// for: a permit freed while the claim does not fit yet stays free for it
+/// (neither a client waiting for one permit behind it nor a newcomer gets
+/// it), and the claimant goes in when enough are free, before that client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_freed_one_at_a_time_gather_for_the_claim_at_the_front() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let (a, b, c, d) = (
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+        );
+        let pa = a.semaphore("gather", 2).unwrap().acquire().await.unwrap();
+        let pd = d.semaphore("gather", 2).unwrap().acquire().await.unwrap();
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let (two, o) = (c.semaphore("gather", 2).unwrap(), order.clone());
+        let claimant = tokio::spawn(async move {
+            let p = two.acquire_many(2).await.unwrap();
+            o.lock().push("two");
+            p
+        });
+        let listed = |n| server.cmd(&["LLEN", "lockwarden:{gather}:waiters"]).as_int() == Some(n);
+        assert!(
+            eventually(Duration::from_secs(5), || listed(1)).await,
+            "the wait for two is listed"
+        );
+        let (one, o) = (b.semaphore("gather", 2).unwrap(), order.clone());
+        let single = tokio::spawn(async move {
+            let p = one.acquire().await.unwrap();
+            o.lock().push("one");
+            p
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || listed(2)).await,
+            "both wait, listed"
+        );
+        pa.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(order.lock().is_empty(), "the freed permit waits for the claim");
+        assert_eq!(held(&server, "gather"), 1, "one free, kept");
+        // Nor does a newcomer get it.
+        let newcomer = a.semaphore("gather", 2).unwrap();
+        assert!(newcomer.try_acquire(Duration::ZERO, LONG).await.unwrap().is_none());
+        pd.release().await.unwrap();
+        let two = tokio::time::timeout(Duration::from_secs(5), claimant)
+            .await
+            .unwrap()
+            .unwrap();
+        two.release().await.unwrap();
+        let one = tokio::time::timeout(Duration::from_secs(5), single)
+            .await
+            .unwrap()
+            .unwrap();
+        one.release().await.unwrap();
+        assert_eq!(*order.lock(), ["two", "one"]);
+    })
+    .await
+}
+
+/// A claimant that stops waiting takes its claim with it: the permits it
+/// kept go to the next waiter at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_goes_with_its_wait() {
+    bounded(BOUND, async {
+        let server = RedisServer::start();
+        let (a, b, c) = (
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+            client(&server.url(), LONG).await,
+        );
+        let pa = a.semaphore("gone", 2).unwrap().acquire().await.unwrap();
+        let two = c.semaphore("gone", 2).unwrap();
+        let claimant = tokio::spawn(async move { two.acquire_many(2).await });
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                server.cmd(&["LLEN", "lockwarden:{gone}:waiters"]).as_int() == Some(1)
+            })
+            .await
+        );
+        let one = b.semaphore("gone", 2).unwrap();
+        assert!(
+            one.try_acquire(Duration::ZERO, LONG).await.unwrap().is_none(),
+            "the free permit is kept for the claim"
+        );
+        claimant.abort();
+        // Well before the claim would lapse (the waiter timeout, 5 s).
+        let dropped = Instant::now();
+        let p = loop {
+            if let Some(p) = one.try_acquire(Duration::ZERO, LONG).await.unwrap() {
+                break p;
+            }
+            assert!(
+                dropped.elapsed() < Duration::from_secs(2),
+                "the dropped wait's claim stays"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        p.release().await.unwrap();
+        pa.release().await.unwrap();
+    })
+    .await
 }

@@ -485,7 +485,7 @@ fn the_read_write_lock_and_the_semaphore_keep_every_property_in_every_reachable_
 
 /// The property every defect of the read-write lock and the semaphore
 /// breaks, and the bound it shows in.
-const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 26] = [
+const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 27] = [
     (
         FamilyDefect::MarkMovesLease,
         RW,
@@ -576,6 +576,10 @@ const FAMILY_CAUGHT: [(FamilyDefect, FamilyBounds, &str); 26] = [
     // the old message, naming the earlier attempt, is taken for the
     // permits: three permits held of two.
     (FamilyDefect::ClaimIgnoresAttempt, HANDED, EXCLUSION),
+    // Client 0 holds a permit and client 1 waits for both, its claim
+    // standing; client 0 gives its permit back and takes it again past
+    // the claim, by an attempt of its own.
+    (FamilyDefect::ClaimIgnored, GRANTS, CLAIM),
     // Client 2 gives back both permits; only client 0 is handed one, and
     // client 1, listed behind it, sleeps while a permit is free.
     (FamilyDefect::HandsOutOne, THREE, WAKE_UP),
@@ -656,6 +660,9 @@ const PHASES: &str = "no writer goes in before the readers that waited for the l
 const WAKE_UP: &str = "no wake-up is lost";
 
 const EXCLUSION: &str = "never a writer with another holder, nor permits over the number, nor two kinds";
+
+/// The semaphore's claim property.
+const CLAIM: &str = "a claim's permits go to no other client";
 
 #[test]
 fn every_family_property_finds_the_defect_it_is_there_for() {

@@ -15,7 +15,13 @@ use crate::keys::{Names, Str};
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "acquire",
-        lua!("shared.lua", "shared_rw.lua", "shared_listen.lua", "sem_acquire.lua"),
+        lua!(
+            "shared.lua",
+            "shared_rw.lua",
+            "shared_claim.lua",
+            "shared_listen.lua",
+            "sem_acquire.lua"
+        ),
     )
 });
 static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -24,6 +30,7 @@ static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         lua!(
             "shared.lua",
             "shared_rw.lua",
+            "shared_claim.lua",
             "shared_wake.lua",
             "shared_permits.lua",
             "sem_release.lua"
@@ -36,6 +43,7 @@ static SEM_LEAVE: LazyLock<Script> = LazyLock::new(|| {
         lua!(
             "shared.lua",
             "shared_rw.lua",
+            "shared_claim.lua",
             "shared_wake.lua",
             "shared_permits.lua",
             "sem_leave.lua"
@@ -75,7 +83,7 @@ impl Protocol for Semaphore {
     /// may have taken the grant over). A waiting attempt lists its client
     /// (`a.grant`, its wake id) to be woken, and with `a.grant_lease`
     /// leaves an ask to be handed the permits, as the reentrant lock's.
-    fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, a: &Acquire<'_>, _env: &Env) -> Call<'a> {
+    fn acquire<'a>(&self, keys: &'a LockKeys, _rec: &'a Str, a: &Acquire<'_>, env: &Env) -> Call<'a> {
         let (total, take) = (self.total, self.take);
         let mut call = Call {
             script: &SEM_ACQUIRE,
@@ -92,6 +100,12 @@ impl Protocol for Semaphore {
         };
         if a.waiting.waits() {
             super::push_listening(&mut call, keys, a, None);
+            if a.grant_lease.is_none() {
+                call.args.extend([lit(""), lit("")]);
+            }
+            // The claim's length: the waiter timeout, as a fair waiter's
+            // place (its attempts renew it).
+            call.args.push(ms(env.waiter_timeout).into());
         }
         call
     }

@@ -490,6 +490,7 @@ impl FamilyModel {
                     mode: Mode::Listening,
                     req: call.req,
                     ask: self.bounds.grants.then_some((LEASE, u32::from(attempt))),
+                    claim: Some(MARK),
                 };
                 let reply = s.server.sem_acquire(a, self.defect);
                 Self::post(s);
@@ -1170,6 +1171,7 @@ impl FamilyModel {
                     mode: Mode::Try,
                     req,
                     ask: None,
+                    claim: None,
                 };
                 if let AcquireReply::Granted { .. } = s.server.sem_acquire(a, self.defect) {
                     s.clients[c].pending[i] = Some(Pending::GiveBack { permit, req });
@@ -1614,6 +1616,9 @@ impl Model for FamilyModel {
                 s.clients.iter().all(|c| !c.lost_release_not_refused)
             }),
             Property::<Self>::always("a release never frees another's hold", |_, s| !s.server.freed_another),
+            Property::<Self>::always("a claim's permits go to no other client", |_, s| {
+                !s.server.claim_overtaken
+            }),
             Property::<Self>::always("no script writes a key that is not a hold", |_, s| {
                 !s.server.foreign_written
             }),

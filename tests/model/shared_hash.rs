@@ -86,8 +86,20 @@ pub struct Hash {
     pub take: Option<Req>,
     /// `:wait`: a listening waiter was refused.
     pub wait: bool,
+    /// A semaphore's `:claim` (left in the hash when it lapses, as the
+    /// script leaves it).
+    pub claim: Option<Claim>,
     /// The key's TTL, as the tick it expires at.
     pub expires: i32,
+}
+
+/// A semaphore's claim: the permits a waiting client at the front of the
+/// list asks for, kept for it until `till` (sem_acquire.lua).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub client: Owner,
+    pub need: u32,
+    pub till: i32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -207,6 +219,9 @@ pub struct SemAcquire {
     /// The wait asks for direct grants: their first lease, and this
     /// attempt's number.
     pub ask: Option<(i32, u32)>,
+    /// The length of the claim the wait makes at the front of the list
+    /// (ARGV[10]; a listening attempt's); `None`, it makes none.
+    pub claim: Option<i32>,
 }
 
 /// How a semaphore attempt waits (its ARGV[5]).
@@ -344,6 +359,9 @@ pub enum Defect {
     /// A release hands a listed client the permits its ask asks for
     /// whether or not they fit in those free.
     GrantIgnoresFit,
+    /// A semaphore acquire grants permits whether or not another client's
+    /// standing claim still fits beside them.
+    ClaimIgnored,
     /// A release that frees the read-write lock with writers' marks
     /// standing writes the marks back without `:wait` (as the first version
     /// of `keep_marks` did): the readers held back, told by nobody then,
@@ -433,6 +451,9 @@ pub struct Server {
     pub owed: Vec<Owner>,
     pub passed_over: bool,
     pub passed: bool,
+    /// Ghost: permits went to a client while another's claim stood and no
+    /// longer fitted beside them.
+    pub claim_overtaken: bool,
     pub waiting: Waiting,
     /// How long past the time a refusal gave the waiters list and the
     /// asks live (the scripts' second, in the model's unit).
@@ -453,6 +474,7 @@ impl Server {
             owed: Vec::new(),
             passed_over: false,
             passed: false,
+            claim_overtaken: false,
             waiting: Waiting::default(),
             slack: 1,
         }
@@ -554,6 +576,36 @@ impl Server {
         }
     }
 
+    /// The semaphore's claim while it stands (`claim_of`, shared_claim.lua).
+    pub fn claim(&self) -> Option<Claim> {
+        match &self.name {
+            Name::Hash(h) => h.claim.filter(|c| c.till > self.now),
+            _ => None,
+        }
+    }
+
+    /// The permits the live holds hold.
+    fn used(&self) -> u32 {
+        self.live()
+            .iter()
+            .filter(|x| x.field.is_reader())
+            .map(|x| x.count)
+            .sum()
+    }
+
+    /// After `client` was given permits while holders held `before`:
+    /// whether a claim of another client stood that no longer fits (the
+    /// ghost `claim_overtaken`; with no holder before, nobody's release was
+    /// to serve the claim, and the grant may go to anyone). `claim`: the
+    /// claim before the grant.
+    fn check_claim(&mut self, claim: Option<Claim>, client: Owner, total: u32, before: u32) {
+        if let Some(c) = claim.filter(|c| c.client != client) {
+            if before > 0 && self.used() + c.need > total {
+                self.claim_overtaken = true;
+            }
+        }
+    }
+
     fn hash(&mut self) -> Option<&mut Hash> {
         match &mut self.name {
             Name::Hash(h) => Some(h),
@@ -632,6 +684,7 @@ impl Server {
                 readers_waiting: Vec::new(),
                 take: None,
                 wait: false,
+                claim: None,
                 expires: i32::MAX,
             });
         }
@@ -705,6 +758,20 @@ impl Server {
         if a.ask.is_some() {
             w.asks.retain(|k| k.client != client);
         }
+        if let (Some(ms), true, 0) = (a.claim, a.mode.alone(), place) {
+            let other = self.claim().is_some_and(|c| c.client != client);
+            let (now, take) = (self.now, a.take);
+            if let (Name::Hash(h), false) = (&mut self.name, other) {
+                if h.holds.iter().any(|x| x.deadline > now) {
+                    h.claim = Some(Claim {
+                        client,
+                        need: take,
+                        till: now + ms,
+                    });
+                }
+            }
+        }
+        let w = &mut self.waiting;
         match a.ask {
             Some((ms, attempt)) if a.mode.alone() => {
                 // Never shortened while the hash stands (an empty hash is
@@ -761,17 +828,21 @@ impl Server {
 
     /// `hand_out` of shared_permits.lua: one listed client woken per
     /// permit free, or handed the permits its ask asks for when they fit.
-    fn hand_out(&mut self, total: u32, defect: Option<Defect>) {
+    fn hand_out(&mut self, total: u32, claim: Option<Claim>, defect: Option<Defect>) {
         let live = self.live();
         let mut holders = live.len() as u32;
         let mut free = i64::from(total) - live.iter().map(|x| i64::from(x.count)).sum::<i64>();
+        // A standing claim keeps its permits for its client.
+        let mut claim = claim;
         for _ in 0..16 {
-            if free <= 0 {
-                return;
+            if free <= 0 || free < claim.map_or(0, |c| i64::from(c.need)) {
+                break;
             }
             let before = free;
-            if !self.wake_next(&mut free, &mut holders, defect) || defect == Some(Defect::HandsOutOne) {
-                return;
+            if !self.wake_next(&mut free, &mut holders, &mut claim, total, defect)
+                || defect == Some(Defect::HandsOutOne)
+            {
+                break;
             }
             if free == before {
                 free -= 1;
@@ -780,7 +851,14 @@ impl Server {
     }
 
     /// `wake_next` of shared_wake.lua with the semaphore's grants.
-    fn wake_next(&mut self, free: &mut i64, holders: &mut u32, defect: Option<Defect>) -> bool {
+    fn wake_next(
+        &mut self,
+        free: &mut i64,
+        holders: &mut u32,
+        claim: &mut Option<Claim>,
+        total: u32,
+        defect: Option<Defect>,
+    ) -> bool {
         for _ in 0..16 {
             if self.waiting.list.is_empty() {
                 return false;
@@ -789,8 +867,9 @@ impl Server {
             let heard = self.waiting.subscribed.contains(&client);
             let ask = self.waiting.asks.iter().position(|k| k.client == client);
             let ask = ask.map(|i| self.waiting.asks.remove(i));
+            let kept = claim.filter(|c| c.client != client).map_or(0, |c| i64::from(c.need));
             let fits = ask.filter(|k| {
-                let fits = i64::from(k.take) <= *free || defect == Some(Defect::GrantIgnoresFit);
+                let fits = i64::from(k.take) <= *free - kept || defect == Some(Defect::GrantIgnoresFit);
                 fits && self.holding(Field::Permit(k.permit)).is_none()
             });
             let Some(k) = fits else {
@@ -801,6 +880,14 @@ impl Server {
                 continue;
             };
             let now = self.now;
+            let (standing, used) = (*claim, self.used());
+            if claim.is_some_and(|c| c.client == client) {
+                // Served: the claim ends, heard or not.
+                *claim = None;
+                if let Some(h) = self.hash() {
+                    h.claim = None;
+                }
+            }
             let hold = Holding {
                 field: Field::Permit(k.permit),
                 count: k.take,
@@ -818,6 +905,7 @@ impl Server {
             if heard {
                 *holders += 1;
                 *free -= i64::from(k.take);
+                self.check_claim(standing, client, total, used);
                 let told = Told::Grant {
                     ms: k.ms,
                     req: k.req,
@@ -1201,6 +1289,7 @@ impl Server {
                     readers_waiting,
                     take: None,
                     wait: listened && defect != Some(Defect::FreeForgetsWait),
+                    claim: None,
                     expires: s.marks_end,
                 })
             };
@@ -1510,9 +1599,19 @@ impl Server {
                 .filter(|x| defect != Some(Defect::CountsOwnClient) || x.field.client() == field.client())
                 .map(|x| x.count)
                 .sum();
+            // Only a listening attempt names its client (ARGV[7]): a try
+            // is another client's to a claim.
+            let named = (a.mode != Mode::Try).then_some(client);
+            let claim = self.claim().filter(|c| Some(c.client) != named);
             if used + a.take > total {
                 self.sem_refuse(&a, s.soonest.unwrap_or(1), defect)
+            } else if let Some(c) =
+                claim.filter(|c| used > 0 && used + a.take + c.need > total && defect != Some(Defect::ClaimIgnored))
+            {
+                // Another client's claim does not fit beside this take.
+                self.sem_refuse(&a, s.soonest.unwrap_or(1).min(c.till - now), defect)
             } else {
+                let own = self.claim().is_some_and(|c| Some(c.client) == named);
                 self.put(
                     Kind::Semaphore,
                     Holding {
@@ -1522,6 +1621,12 @@ impl Server {
                         req: Some(a.req),
                     },
                 );
+                if own {
+                    if let Some(h) = self.hash() {
+                        h.claim = None;
+                    }
+                }
+                self.check_claim(claim, named.unwrap_or(Owner::MAX), total, used);
                 self.cover(&s, a.lease);
                 if matches!(a.mode, Mode::WithOthers | Mode::WokenWithOthers) {
                     self.listen(client, a.lease, false);
@@ -1543,10 +1648,12 @@ impl Server {
     pub fn sem_release(&mut self, p: Owner, req: Option<Req>, total: u32, defect: Option<Defect>) -> ReleaseReply {
         self.waiting.told.clear();
         let before = self.live();
+        // The claim as the script read it, before the hash may go.
+        let claim = self.claim();
         let reply = self.sem_give_back(p, req);
         if reply == ReleaseReply::Left(0) {
             let total = self.total(total);
-            self.hand_out(total, defect);
+            self.hand_out(total, claim, defect);
         }
         self.check_release(&before, Field::Permit(p), |_| false);
         reply
@@ -1582,9 +1689,14 @@ impl Server {
             Ok(s) => s,
             Err(_) => return,
         };
+        let mut claim = self.claim();
         if let Some((req, p)) = stopped {
             self.waiting.asks.retain(|k| k.client != client || k.req != req);
             let field = Field::Permit(p);
+            let gone_claim = claim.is_some_and(|c| c.client == client);
+            if gone_claim {
+                claim = None;
+            }
             if self.holding(field).is_some_and(|x| x.req == Some(req)) {
                 if s.readers <= 1 {
                     self.name = Name::Absent;
@@ -1592,9 +1704,14 @@ impl Server {
                     h.holds.retain(|x| x.field != field);
                 }
             }
+            if gone_claim {
+                if let Some(h) = self.hash() {
+                    h.claim = None;
+                }
+            }
         }
         let total = self.total(total);
-        self.hand_out(total, None);
+        self.hand_out(total, claim, None);
         let field = Field::Permit(stopped.map_or(Owner::MAX, |x| x.1));
         self.check_release(&before, field, |b| stopped.is_none_or(|(req, _)| b.req != Some(req)));
     }
