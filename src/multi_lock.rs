@@ -131,52 +131,37 @@ impl MultiLock {
         // Whether a lock was held across a wait (a fixed lease then ticked
         // on it while waiting: set again once all are held).
         let mut held_across_wait = false;
-        'attempt: loop {
-            let mut blocked = None;
-            for (i, lock) in self.locks.iter().enumerate() {
-                if held[i].is_some() {
+        loop {
+            let blocked = match self.sweep(&mut held, lease).await {
+                Ok(blocked) => blocked,
+                Err(e) => {
+                    give_back(&mut held).await;
+                    let now = Instant::now();
+                    let since = *failing_since.get_or_insert(now);
+                    let end = deadline.unwrap_or(since + retry_for);
+                    if !e.is_retryable() || now >= end {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, "a multi-lock attempt failed; retrying");
+                    tokio::time::sleep(backoff.next_jittered().min(end - now)).await;
                     continue;
                 }
-                match lock.try_lock(Duration::ZERO, lease).await {
-                    Ok(Some(g)) => held[i] = Some(g),
-                    Ok(None) => {
-                        blocked = Some(i);
-                        break;
-                    }
-                    Err(e) => {
-                        give_back(&mut held).await;
-                        let now = Instant::now();
-                        let since = *failing_since.get_or_insert(now);
-                        let end = deadline.unwrap_or(since + retry_for);
-                        if !e.is_retryable() || now >= end {
-                            return Err(e);
-                        }
-                        tracing::debug!(error = %e, "a multi-lock attempt failed; retrying");
-                        tokio::time::sleep(backoff.next_jittered().min(end - now)).await;
-                        continue 'attempt;
-                    }
-                }
-            }
+            };
             failing_since = None;
             backoff.reset();
             let Some(i) = blocked else {
                 let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
-                if let (Lease::Fixed(l), true) = (lease, held_across_wait) {
-                    // Every lock's lease runs from now, as asked; one lost
-                    // meanwhile sends the call round again.
-                    let extended = futures::future::join_all(guards.iter().map(|g| g.extend(l))).await;
-                    if let Some(e) = extended.into_iter().find_map(Result::err) {
-                        held = guards.into_iter().map(Some).collect();
-                        give_back(&mut held).await;
-                        if !e.is_retryable() && !matches!(e, Error::NotHeld { .. }) {
-                            return Err(e);
+                match (lease, held_across_wait) {
+                    (Lease::Fixed(l), true) => match lease_again(guards, l).await? {
+                        Some(guards) => return Ok(Some(MultiGuard { guards })),
+                        None => {
+                            held = (0..self.locks.len()).map(|_| None).collect();
+                            held_across_wait = false;
+                            continue;
                         }
-                        tracing::debug!(error = %e, "setting a multi-lock's leases failed; trying again");
-                        held_across_wait = false;
-                        continue 'attempt;
-                    }
+                    },
+                    _ => return Ok(Some(MultiGuard { guards })),
                 }
-                return Ok(Some(MultiGuard { guards }));
             };
             // Until the call has lost a race, nothing is held while it waits;
             // after, it keeps the locks before the refused one (the fixed
@@ -186,36 +171,12 @@ impl MultiLock {
             let keep = if lost_a_race { i } else { 0 };
             give_back(&mut held[keep..]).await;
             let holding = held[..keep].iter().any(Option::is_some);
-            let remaining = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        give_back(&mut held).await;
-                        return Ok(None);
-                    }
-                    Some(d - now)
-                }
-                None => None,
-            };
-            // A wait while holding is bounded, so a caller that takes these
-            // names in another order (a plain lock held, then another
-            // asked) is never kept waiting on this one for long; a fixed
-            // lease keeps half of itself for after the wait.
-            let bound = if holding {
-                let round = match lease {
-                    Lease::Fixed(l) => HOLDING_WAIT.min(l / 2),
-                    Lease::Watchdog => HOLDING_WAIT,
-                };
-                Some(remaining.map_or(round, |r| r.min(round)))
-            } else {
-                remaining
-            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                give_back(&mut held).await;
+                return Ok(None);
+            }
             held_across_wait |= holding;
-            let got = match bound {
-                Some(b) => self.locks[i].try_lock(b, lease).await,
-                None => self.locks[i].lock_with_lease(lease).await.map(Some),
-            };
-            match got {
+            match self.wait_for(i, deadline, holding, lease).await {
                 Ok(Some(g)) => {
                     held[i] = Some(g);
                     lost_a_race = true;
@@ -238,9 +199,76 @@ impl MultiLock {
     }
 }
 
+impl MultiLock {
+    /// Waits for lock `i` until `deadline`, and while `holding` others for
+    /// a round at most ([`holding_round`]).
+    async fn wait_for(
+        &self,
+        i: usize,
+        deadline: Option<Instant>,
+        holding: bool,
+        lease: Lease,
+    ) -> Result<Option<LockGuard>> {
+        let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let bound = match (holding, remaining) {
+            (true, r) => Some(r.map_or(holding_round(lease), |r| r.min(holding_round(lease)))),
+            (false, r) => r,
+        };
+        match bound {
+            Some(b) => self.locks[i].try_lock(b, lease).await,
+            None => self.locks[i].lock_with_lease(lease).await.map(Some),
+        }
+    }
+
+    /// Tries every lock not in `held` yet, in order, without waiting, until
+    /// one is refused: its index (`None`: all are held). The locks taken
+    /// stay in `held`, also on an error.
+    async fn sweep(&self, held: &mut [Option<LockGuard>], lease: Lease) -> Result<Option<usize>> {
+        for (i, lock) in self.locks.iter().enumerate() {
+            if held[i].is_some() {
+                continue;
+            }
+            match lock.try_lock(Duration::ZERO, lease).await? {
+                Some(g) => held[i] = Some(g),
+                None => return Ok(Some(i)),
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The longest a call waits for one lock while holding others of its
 /// locks; then it gives them back and starts again.
 const HOLDING_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a wait while holding lasts at most: [`HOLDING_WAIT`], so a
+/// caller that takes these names in another order (a plain lock held,
+/// then another asked) is never kept waiting on this one for long; half a
+/// fixed lease if less, which keeps half of it for after the wait.
+fn holding_round(lease: Lease) -> Duration {
+    match lease {
+        Lease::Fixed(l) => HOLDING_WAIT.min(l / 2),
+        Lease::Watchdog => HOLDING_WAIT,
+    }
+}
+
+/// Sets `lease` again on every guard, so that every lock's lease runs
+/// from now, as asked: the guards, or `None` when one was lost meanwhile
+/// or the extension failed in a way worth trying again (all are given
+/// back then, and the call goes round again).
+async fn lease_again(guards: Vec<LockGuard>, lease: Duration) -> Result<Option<Vec<LockGuard>>> {
+    let extended = futures::future::join_all(guards.iter().map(|g| g.extend(lease))).await;
+    let Some(e) = extended.into_iter().find_map(Result::err) else {
+        return Ok(Some(guards));
+    };
+    let mut held: Vec<Option<LockGuard>> = guards.into_iter().map(Some).collect();
+    give_back(&mut held).await;
+    if !e.is_retryable() && !matches!(e, Error::NotHeld { .. }) {
+        return Err(e);
+    }
+    tracing::debug!(error = %e, "setting a multi-lock's leases failed; trying again");
+    Ok(None)
+}
 
 /// The first pause before a failed attempt is tried again; it doubles up
 /// to [`RETRY_MAX`] (as `Lock::try_lock`'s retries).

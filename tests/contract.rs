@@ -946,6 +946,75 @@ async fn renewals_never_shorten_an_extended_hold() {
     .await
 }
 
+/// Tasks taking turns on names in a loop, each with its own client of a
+/// deployment, until [`Turns::finish`]; each counts its turns.
+struct Turns {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    counts: Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Turns {
+    /// `n` tasks; task `i` takes a turn with `turn(its client, i)`.
+    async fn start<F, Fut>(setup: &Setup, lease: Duration, n: usize, turn: F) -> Turns
+    where
+        F: Fn(Client, usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        use std::sync::Arc;
+        let turn = Arc::new(turn);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut counts, mut tasks) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let c = quiet_client_of(setup, lease).await;
+            let (stop, turn, count) = (stop.clone(), turn.clone(), Arc::new(AtomicU32::new(0)));
+            counts.push(count.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    turn(c.clone(), i).await;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        Turns { stop, counts, tasks }
+    }
+
+    /// The turns taken so far, by all the tasks.
+    fn total(&self) -> u32 {
+        self.counts
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Whether the tasks take `more` turns within 10 s.
+    async fn go_on(&self, more: u32) -> bool {
+        let until = self.total() + more;
+        eventually(Duration::from_secs(10), || self.total() >= until).await
+    }
+
+    /// Stops the tasks; the turns each took.
+    async fn finish(self) -> Vec<u32> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        self.counts
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// One turn: `k` on `name` (waiting up to 20 s), held 5 ms, released.
+async fn one_turn(c: &Client, k: K, name: &str, lease: Lease) {
+    let held = take(c, k, name, Duration::from_secs(20), lease).await.unwrap();
+    let held = held.unwrap_or_else(|| panic!("{k:?} taking turns gets in"));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    held.release().await.unwrap();
+}
+
 /// No waiter of any kind is kept out by others taking turns: two tasks
 /// (each with its own client) take the name in a loop, 5 ms holds, asking
 /// again as soon as they let go, while a third asks three times (5 s
@@ -961,8 +1030,6 @@ async fn a_waiter_is_never_kept_out_by_others_taking_turns(k: K) {
 }
 
 async fn waiter_among_turns_on(k: K, dep: Dep) {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use std::sync::Arc;
     let setup = Setup::start(dep);
     let lease = Duration::from_secs(30);
     let name = "turns";
@@ -976,41 +1043,21 @@ async fn waiter_among_turns_on(k: K, dep: Dep) {
     };
     for mode in leases(lease) {
         let what = format!("{k:?} on {dep:?}, {mode:?}");
-        let stop = Arc::new(AtomicBool::new(false));
-        let turns = Arc::new(AtomicU32::new(0));
-        let mut tasks = Vec::new();
-        for (kind, n) in loops.clone() {
-            let c = quiet_client_of(&setup, lease).await;
-            let (stop, turns) = (stop.clone(), turns.clone());
-            tasks.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let held = take(&c, kind, &n, Duration::from_secs(20), mode).await.unwrap();
-                    let held = held.expect("a task taking turns gets in");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    held.release().await.unwrap();
-                    turns.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-        assert!(
-            eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 20).await,
-            "{what}: the others take turns"
-        );
+        let others = loops.clone();
+        let turns = Turns::start(&setup, lease, loops.len(), move |c, i| {
+            let (kind, n) = others[i].clone();
+            async move { one_turn(&c, kind, &n, mode).await }
+        })
+        .await;
+        assert!(turns.go_on(20).await, "{what}: the others take turns");
         let waiter = quiet_client_of(&setup, lease).await;
         for _ in 0..3 {
             let held = take(&waiter, k, name, Duration::from_secs(5), mode).await.unwrap();
             let held = held.unwrap_or_else(|| panic!("{what}: the waiter is kept out by the others' turns"));
             held.release().await.unwrap();
         }
-        let before = turns.load(Ordering::Relaxed);
-        assert!(
-            eventually(Duration::from_secs(5), || turns.load(Ordering::Relaxed) >= before + 10).await,
-            "{what}: the others go on taking turns"
-        );
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.unwrap();
-        }
+        assert!(turns.go_on(10).await, "{what}: the others go on taking turns");
+        turns.finish().await;
     }
 }
 
@@ -1069,33 +1116,22 @@ async fn several_permits_are_not_kept_out_by_single_ones_everywhere() {
 }
 
 async fn several_permits_on(dep: Dep) {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use std::sync::Arc;
     let setup = Setup::start(dep);
     let lease = Duration::from_secs(30);
     for mode in leases(lease) {
         let what = format!("{dep:?}, {mode:?}");
-        let stop = Arc::new(AtomicBool::new(false));
-        let turns = Arc::new(AtomicU32::new(0));
-        let mut tasks = Vec::new();
-        for _ in 0..3 {
-            let c = quiet_client_of(&setup, lease).await;
-            let (stop, turns) = (stop.clone(), turns.clone());
-            tasks.push(tokio::spawn(async move {
-                let s = c.semaphore("several", 3).unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    let p = s.try_acquire(Duration::from_secs(20), mode).await.unwrap();
-                    let p = p.expect("a task taking turns gets a permit");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    p.release().await.unwrap();
-                    turns.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-        assert!(
-            eventually(Duration::from_secs(10), || turns.load(Ordering::Relaxed) >= 20).await,
-            "{what}: the others take turns"
-        );
+        let turns = Turns::start(&setup, lease, 3, move |c, _| async move {
+            let p = c
+                .semaphore("several", 3)
+                .unwrap()
+                .try_acquire(Duration::from_secs(20), mode)
+                .await;
+            let p = p.unwrap().expect("a task taking turns gets a permit");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            p.release().await.unwrap();
+        })
+        .await;
+        assert!(turns.go_on(20).await, "{what}: the others take turns");
         let waiter = quiet_client_of(&setup, lease).await;
         let s = waiter.semaphore("several", 3).unwrap();
         for n in [2, 3] {
@@ -1103,10 +1139,7 @@ async fn several_permits_on(dep: Dep) {
             let p = p.unwrap_or_else(|| panic!("{what}: {n} permits kept out by the single ones"));
             p.release().await.unwrap();
         }
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.unwrap();
-        }
+        turns.finish().await;
     }
 }
 
@@ -1866,30 +1899,15 @@ async fn readers_and_writers_take_turns_everywhere() {
 }
 
 async fn take_turns_on(dep: Dep) {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use std::sync::Arc;
     let setup = Setup::start(dep);
     let lease = Duration::from_secs(30);
     for mode in leases(lease) {
         let what = format!("{dep:?}, {mode:?}");
         let name = "turns";
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut writers = Vec::new();
-        for _ in 0..3 {
-            let c = quiet_client_of(&setup, lease).await;
-            let (stop, turns) = (stop.clone(), Arc::new(AtomicU32::new(0)));
-            let counted = turns.clone();
-            let task = tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let held = take(&c, K::Write, name, Duration::from_secs(20), mode).await.unwrap();
-                    let held = held.expect("a writer gets in");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    held.release().await.unwrap();
-                    counted.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-            writers.push((task, turns));
-        }
+        let writers = Turns::start(&setup, lease, 3, move |c, _| async move {
+            one_turn(&c, K::Write, name, mode).await;
+        })
+        .await;
         let reader = quiet_client_of(&setup, lease).await;
         for _ in 0..3 {
             let held = take(&reader, K::Read, name, Duration::from_secs(5), mode)
@@ -1899,12 +1917,7 @@ async fn take_turns_on(dep: Dep) {
             held.release().await.unwrap();
         }
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut turns = Vec::new();
-        for (task, n) in writers {
-            task.await.unwrap();
-            turns.push(n.load(Ordering::Relaxed));
-        }
+        let turns = writers.finish().await;
         assert!(
             turns.iter().all(|&t| t >= 5),
             "{what}: every writer gets turns: {turns:?}"
