@@ -53,8 +53,9 @@
 --
 -- The claim (':claim' in KEYS[1], "<client id> <permits> <deadline>"): a
 -- refused caller that is its client's only wait ("1" or "3") and whose
--- client is at the front of KEYS[3] claims the permits it asks for, while holders are there
--- to free them and no other client's claim stands. While the claim stands
+-- client is at the front of KEYS[3] claims the permits it asks for,
+-- while holders are there to free them and no other client's claim
+-- stands. While the claim stands
 -- (to its deadline, ARGV[10] after the claimant's latest refusal: its
 -- attempts renew it), another client's acquisition is granted only if the
 -- claim still fits beside it, and a release hands permits to others only
@@ -110,7 +111,8 @@ local function refuse(ms)
   if waiting == '0' or not KEYS[3] then return {0, ms} end
   local place = listen(3, ARGV[7], ms, waiting == '3' or waiting == '4')
   local alone = waiting == '1' or waiting == '3'
-  if alone and place == 0 and ARGV[10] and s.readers > 0 and not claimed_by_other(s, now, ARGV[7]) then
+  local claimant = claim_of(s, now)
+  if alone and place == 0 and ARGV[10] and s.readers > 0 and (not claimant or claimant == ARGV[7]) then
     redis.call('HSET', KEYS[1], ':claim', table.concat({ARGV[7], ARGV[2], string.format('%d', now + tonumber(ARGV[10]))}, ' '))
   end
   if KEYS[4] and place then

@@ -4,17 +4,11 @@
 --
 -- claim_of(s, now): the client id, permits and deadline of the claim in
 -- the snapshot `s` (see sem_acquire.lua) while it stands; nil once it
--- lapsed (or when there is none). claimed_by_other(s, now, client):
--- whether a claim of another client than `client` stands.
+-- lapsed (or when there is none).
 local function claim_of(s, now)
   local c = s.f[':claim']
   if not c then return nil end
   local who, need, till = string.match(c, '^(%S+) (%d+) (%d+)$')
   if not who or tonumber(till) <= now then return nil end
   return who, tonumber(need), tonumber(till)
-end
-
-local function claimed_by_other(s, now, client)
-  local who = claim_of(s, now)
-  return who ~= nil and who ~= client
 end

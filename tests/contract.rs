@@ -1061,35 +1061,29 @@ async fn waiter_among_turns_on(k: K, dep: Dep) {
     }
 }
 
-macro_rules! every_kind {
-    ($($check:ident),* $(,)?) => {$(
+/// The module `$check` with one test per kind listed, each running
+/// `$check` for it.
+macro_rules! kinds {
+    ($check:ident: $($test:ident => $k:ident),* $(,)?) => {
         mod $check {
             use super::K;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn reentrant() { super::$check(K::Reentrant).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fair() { super::$check(K::Fair).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn read() { super::$check(K::Read).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn write() { super::$check(K::Write).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn permit() { super::$check(K::Permit).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fair_permit() { super::$check(K::FairPermit).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn multi() { super::$check(K::Multi).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn redisson() { super::$check(K::Redisson).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn redisson_permit() { super::$check(K::RedissonPermit).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn redisson_read() { super::$check(K::RedissonRead).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn redisson_write() { super::$check(K::RedissonWrite).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn redisson_fair() { super::$check(K::RedissonFair).await }
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() { super::$check(K::$k).await }
+            )*
         }
+    };
+}
+
+/// The rows for every kind.
+macro_rules! every_kind {
+    ($($check:ident),* $(,)?) => {$(
+        kinds!($check:
+            reentrant => Reentrant, fair => Fair, read => Read, write => Write,
+            permit => Permit, fair_permit => FairPermit, multi => Multi,
+            redisson => Redisson, redisson_permit => RedissonPermit,
+            redisson_read => RedissonRead, redisson_write => RedissonWrite,
+            redisson_fair => RedissonFair);
     )*};
 }
 
@@ -1148,23 +1142,9 @@ async fn several_permits_on(dep: Dep) {
 /// can be kept out by others taking turns (README, "Redisson's layouts").
 macro_rules! own_kinds {
     ($($check:ident),* $(,)?) => {$(
-        mod $check {
-            use super::K;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn reentrant() { super::$check(K::Reentrant).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fair() { super::$check(K::Fair).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn read() { super::$check(K::Read).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn write() { super::$check(K::Write).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn permit() { super::$check(K::Permit).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fair_permit() { super::$check(K::FairPermit).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn multi() { super::$check(K::Multi).await }
-        }
+        kinds!($check:
+            reentrant => Reentrant, fair => Fair, read => Read, write => Write,
+            permit => Permit, fair_permit => FairPermit, multi => Multi);
     )*};
 }
 

@@ -386,6 +386,19 @@ async fn a_call_holding_hx_waiting_for_hy(
     (hy, call)
 }
 
+/// The guard of `call` (from [`a_call_holding_hx_waiting_for_hy`]) once
+/// it holds both names, within 10 s.
+async fn both(
+    call: tokio::task::JoinHandle<lockwarden::Result<Option<lockwarden::MultiGuard>>>,
+) -> lockwarden::MultiGuard {
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call gets both")
+        .unwrap()
+        .unwrap()
+        .expect("both free")
+}
+
 /// Once a multi-lock has lost a race, it waits for the refused name while
 /// holding the names before it; a task that holds the later name and then
 /// asks for the earlier one (the other order) is kept waiting only for a
@@ -409,12 +422,7 @@ async fn a_task_taking_the_names_in_the_other_order_is_kept_waiting_only_a_round
         assert!(!call.is_finished(), "the call waits on");
         hx.unlock().await.unwrap();
         hy.unlock().await.unwrap();
-        let g = tokio::time::timeout(Duration::from_secs(10), call)
-            .await
-            .expect("the call gets both")
-            .unwrap()
-            .unwrap()
-            .expect("both free");
+        let g = both(call).await;
         assert_eq!(g.guards().len(), 2);
         g.unlock().await.unwrap();
     })
@@ -433,12 +441,7 @@ async fn a_fixed_lease_runs_from_when_all_are_held() {
         // Within the call's round (a second): hx is held all that while.
         tokio::time::sleep(Duration::from_millis(800)).await;
         hy.unlock().await.unwrap();
-        let g = tokio::time::timeout(Duration::from_secs(10), call)
-            .await
-            .expect("the call gets both")
-            .unwrap()
-            .unwrap()
-            .expect("both free");
+        let g = both(call).await;
         let ttl = server.cmd(&["PTTL", "hx"]).as_int().unwrap();
         assert!(ttl > 9_500, "hx's lease set again: {ttl} ms left of 10 s");
         assert!(g.validity() > Duration::from_secs(9), "{:?}", g.validity());
